@@ -1,0 +1,44 @@
+# gpucluster development tasks. `make install` then `make test` on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PACKAGES := gpucluster webhook controller certs sandbox
+
+.PHONY: install test lint typecheck unit bench run clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "gpucluster needs Python >= 3.11 (found $$($(PYTHON) --version))" >&2; exit 2; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+		echo "python3 -m venv failed; installing python3-venv" >&2; \
+		rm -rf $(VENV); \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; \
+		else echo "install your distribution's python3-venv package and retry" >&2; exit 2; fi; \
+		$(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy $(PACKAGES)
+
+unit:
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+bench:
+	$(BIN)/python -m tests.bench
+
+run:
+	$(BIN)/gpucluster run
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache bench/results.json
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
