@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run clean
+.PHONY: install test lint typecheck unit bench run crds clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -38,6 +38,10 @@ bench:
 
 run:
 	$(BIN)/gpucluster run
+
+# Regenerate the CRD manifests from the API models (a test fails when they are stale).
+crds:
+	$(BIN)/python -m gpucluster.api.crd charts/gpucluster/crds
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache bench/results.json

@@ -1,0 +1,346 @@
+"""The GPUCluster custom resource (nvidia.com/v1alpha1): the DRA model of the GPU Operator.
+
+Fields follow the product documentation and upstream GPU Operator v26.7.0
+(``api/nvidia/v1alpha1/gpucluster_types.go``). Defaults that upstream's controller fills in
+(DCGM Exporter on, standalone DCGM off, health-check ports) are explicit here, so the CRD
+applies them and ``gpucluster validate`` shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
+from gpucluster.api.base import (
+    Condition,
+    EnvVar,
+    ImagePullPolicy,
+    Int32,
+    Int64,
+    KubeModel,
+    ObjectMeta,
+    PodSecurityContext,
+    Port,
+    ResourceRequirements,
+    StringMap,
+    Toleration,
+)
+
+GROUP = "nvidia.com"
+VERSION = "v1alpha1"
+API_VERSION: Final = "nvidia.com/v1alpha1"
+KIND: Final = "GPUCluster"
+PLURAL = "gpuclusters"
+SINGLETON_NAME = "gpu-cluster"
+SINGLETON_MESSAGE = "GPUCluster is a singleton, metadata.name must be 'gpu-cluster'"
+
+GPUS_HEALTHCHECK_PORT = 51516
+COMPUTE_DOMAINS_HEALTHCHECK_PORT = 51515
+DCGM_HOST_PORT = 5555
+
+# An operand image name, without registry or tag (upstream's kubebuilder pattern).
+DRA_IMAGE_NAME = Annotated[StrictStr, Field(pattern=r"^[a-zA-Z0-9\-]+$")]
+# Upstream's DCGM image pattern is unanchored; kept as is so that what upstream accepts, we accept.
+OPERAND_IMAGE_NAME = Annotated[StrictStr, Field(pattern=r"[a-zA-Z0-9\-]+")]
+DURATION = Annotated[
+    StrictStr,
+    Field(pattern=r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"),
+]
+
+
+class HealthcheckSpec(KubeModel):
+    """The gRPC health service of a kubelet-plugin container, checked by its startup and liveness probes."""
+
+    enabled: StrictBool = Field(default=True, description="Serve the gRPC health service and probe it.")
+    port: Port = Field(
+        default=GPUS_HEALTHCHECK_PORT,
+        description="Port of the gRPC health service of the gpus container.",
+    )
+
+
+class ComputeDomainsHealthcheckSpec(HealthcheckSpec):
+    """The gRPC health service of the compute-domains container."""
+
+    port: Port = Field(
+        default=COMPUTE_DOMAINS_HEALTHCHECK_PORT,
+        description="Port of the gRPC health service of the compute-domains container.",
+    )
+
+
+class KubeletPluginSpec(KubeModel):
+    """A DRA driver kubelet-plugin container. The gpus and computeDomains blocks map onto the two
+    containers of the single kubelet-plugin DaemonSet; scheduling is not configurable here."""
+
+    env: list[EnvVar] | None = Field(default=None, description="Environment variables of the container.")
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Resource requests and limits of the container."
+    )
+    healthcheck: HealthcheckSpec = Field(
+        default_factory=HealthcheckSpec,
+        description="The container's gRPC health service and its probes (port 51516 by default).",
+    )
+
+
+class ComputeDomainsKubeletPluginSpec(KubeletPluginSpec):
+    """The compute-domains container of the kubelet-plugin DaemonSet."""
+
+    healthcheck: ComputeDomainsHealthcheckSpec = Field(
+        default_factory=ComputeDomainsHealthcheckSpec,
+        description="The container's gRPC health service and its probes (port 51515 by default).",
+    )
+
+
+class GPUsSpec(KubeModel):
+    """The gpu.nvidia.com capability of the DRA driver. Always deployed; there is no enabled toggle."""
+
+    kubeletPlugin: KubeletPluginSpec = Field(
+        default_factory=KubeletPluginSpec, description="The gpus container of the kubelet-plugin DaemonSet."
+    )
+
+
+class ControllerSpec(KubeModel):
+    """The compute-domain controller Deployment; scheduling is not configurable here."""
+
+    env: list[EnvVar] | None = Field(default=None, description="Environment variables of the controller.")
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Resource requests and limits of the controller container."
+    )
+
+
+class ComputeDomainsSpec(KubeModel):
+    """The ComputeDomains capability (Multi-Node NVLink on GB200/GB300 NVL72 systems)."""
+
+    enabled: StrictBool = Field(
+        default=True, description="Deploy the compute-domains kubelet-plugin container and the controller."
+    )
+    controller: ControllerSpec = Field(
+        default_factory=ControllerSpec, description="The nvidia-dra-driver-controller Deployment."
+    )
+    kubeletPlugin: ComputeDomainsKubeletPluginSpec = Field(
+        default_factory=ComputeDomainsKubeletPluginSpec,
+        description="The compute-domains container of the kubelet-plugin DaemonSet.",
+    )
+
+
+class DRADriverSpec(KubeModel):
+    """The DRA Driver for NVIDIA GPUs: a kubelet-plugin DaemonSet and, with ComputeDomains, a controller."""
+
+    repository: StrictStr | None = Field(default=None, description="DRA driver image repository.")
+    image: DRA_IMAGE_NAME | None = Field(default=None, description="DRA driver image name.")
+    version: StrictStr | None = Field(
+        default=None, description="DRA driver image tag, or a digest (sha256:...) joined with '@'."
+    )
+    imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
+    imagePullSecrets: list[StrictStr] | None = Field(default=None, description="Image pull secret names.")
+    featureGates: dict[StrictStr, StrictBool] | None = Field(
+        default=None,
+        description="Feature gate names mapped to true or false; rendered as FEATURE_GATES on the driver containers.",
+    )
+    gpus: GPUsSpec = Field(default_factory=GPUsSpec, description="The gpu.nvidia.com capability.")
+    computeDomains: ComputeDomainsSpec = Field(
+        default_factory=ComputeDomainsSpec, description="The ComputeDomain capability."
+    )
+
+
+class ServiceSpec(KubeModel):
+    """The Kubernetes Service of DCGM Exporter."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] | None = Field(
+        default=None, description="How the Service is exposed."
+    )
+    internalTrafficPolicy: Literal["Cluster", "Local"] | None = Field(
+        default=None, description="How nodes distribute service traffic they receive on the ClusterIP."
+    )
+
+
+class RelabelConfig(KubeModel):
+    """A Prometheus relabeling rule."""
+
+    sourceLabels: list[StrictStr] | None = Field(default=None, description="Source labels to select values from.")
+    separator: StrictStr | None = Field(default=None, description="Separator between concatenated values.")
+    targetLabel: StrictStr | None = Field(default=None, description="Label the result is written to.")
+    regex: StrictStr | None = Field(default=None, description="Regular expression matched against the value.")
+    modulus: Annotated[StrictInt, Field(ge=0, json_schema_extra={"format": "int64"})] | None = Field(
+        default=None, description="Modulus to take of the hash of the source label values."
+    )
+    replacement: StrictStr | None = Field(default=None, description="Replacement value for a regex replace.")
+    action: (
+        Literal[
+            "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
+            "labeldrop", "LabelDrop", "labelkeep", "LabelKeep", "lowercase", "Lowercase", "uppercase", "Uppercase",
+            "keepequal", "KeepEqual", "dropequal", "DropEqual",
+        ]
+        | None
+    ) = Field(default=None, description="Action to perform based on the regex matching.")  # fmt: skip
+
+
+class ServiceMonitorSpec(KubeModel):
+    """A Prometheus Operator ServiceMonitor for DCGM Exporter, created only when the CRD is served."""
+
+    enabled: StrictBool = Field(default=False, description="Create a ServiceMonitor.")
+    interval: DURATION | None = Field(default=None, description="Scrape interval, e.g. 15s.")
+    scrapeTimeout: DURATION | None = Field(default=None, description="Scrape timeout, e.g. 10s.")
+    honorLabels: StrictBool | None = Field(
+        default=None, description="Keep the scraped labels when they clash with target labels."
+    )
+    additionalLabels: StringMap | None = Field(default=None, description="Extra labels on the ServiceMonitor.")
+    relabelings: list[RelabelConfig] | None = Field(default=None, description="Relabeling rules for targets.")
+
+
+class MetricsConfigSpec(KubeModel):
+    """Custom metrics for DCGM Exporter."""
+
+    name: StrictStr | None = Field(
+        default=None, description="ConfigMap holding dcgm-metrics.csv with the metrics to collect."
+    )
+
+
+class HPCJobMappingSpec(KubeModel):
+    """HPC job mapping for DCGM Exporter."""
+
+    enabled: StrictBool | None = Field(default=None, description="Enable HPC job mapping.")
+    directory: StrictStr | None = Field(
+        default=None, description="Where the workload manager writes job mapping files."
+    )
+
+
+class DCGMExporterSpec(KubeModel):
+    """NVIDIA DCGM Exporter, for GPU telemetry. Enabled by default."""
+
+    enabled: StrictBool = Field(default=True, description="Deploy DCGM Exporter.")
+    repository: StrictStr | None = Field(default=None, description="DCGM Exporter image repository.")
+    image: OPERAND_IMAGE_NAME | None = Field(default=None, description="DCGM Exporter image name.")
+    version: StrictStr | None = Field(default=None, description="DCGM Exporter image tag.")
+    imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
+    imagePullSecrets: list[StrictStr] | None = Field(default=None, description="Image pull secret names.")
+    resources: ResourceRequirements | None = Field(default=None, description="Resource requests and limits.")
+    args: list[StrictStr] | None = Field(default=None, description="Arguments of the container.")
+    env: list[EnvVar] | None = Field(default=None, description="Environment variables of the container.")
+    annotations: StringMap | None = Field(default=None, description="Annotations on the DCGM Exporter pods.")
+    config: MetricsConfigSpec | None = Field(default=None, description="Custom metrics configuration.")
+    service: ServiceSpec | None = Field(default=None, description="The Service exposing metrics on port 9400.")
+    serviceMonitor: ServiceMonitorSpec | None = Field(default=None, description="The optional ServiceMonitor.")
+    hostPID: StrictBool | None = Field(default=None, description="Share the host's PID namespace.")
+    hostNetwork: StrictBool | None = Field(default=None, description="Expose metrics on the host network.")
+    hpcJobMapping: HPCJobMappingSpec | None = Field(default=None, description="HPC job mapping.")
+    enablePodLabels: StrictBool | None = Field(
+        default=None, description="Add Kubernetes pod labels as metric labels (needs read access to pods)."
+    )
+    enablePodUID: StrictBool | None = Field(
+        default=None, description="Add the Kubernetes pod UID as a metric label (needs read access to pods)."
+    )
+    podLabelAllowlistRegex: list[StrictStr] | None = Field(
+        default=None, description="Regexes selecting which pod labels are included; empty means all."
+    )
+
+
+class DCGMSpec(KubeModel):
+    """The standalone NVIDIA DCGM hostengine. Disabled by default; DCGM Exporter then uses its
+    embedded nv-hostengine."""
+
+    enabled: StrictBool = Field(default=False, description="Deploy the standalone DCGM hostengine.")
+    repository: StrictStr | None = Field(default=None, description="DCGM image repository.")
+    image: OPERAND_IMAGE_NAME | None = Field(default=None, description="DCGM image name.")
+    version: StrictStr | None = Field(default=None, description="DCGM image tag.")
+    imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
+    imagePullSecrets: list[StrictStr] | None = Field(default=None, description="Image pull secret names.")
+    resources: ResourceRequirements | None = Field(default=None, description="Resource requests and limits.")
+    args: list[StrictStr] | None = Field(default=None, description="Arguments of the container.")
+    env: list[EnvVar] | None = Field(default=None, description="Environment variables of the container.")
+    hostPort: Port = Field(default=DCGM_HOST_PORT, description="Host port of the DCGM hostengine.")
+    hostNetwork: StrictBool | None = Field(default=None, description="Run the hostengine on the host network.")
+
+
+class HostPathsSpec(KubeModel):
+    """Host paths used in host-path volumes of the operands."""
+
+    rootFS: StrictStr = Field(default="/", description="The host's root filesystem; must be chroot-able.")
+    driverInstallDir: StrictStr = Field(
+        default="/run/nvidia/driver",
+        description="Root of the driver files (libraries, configuration, executables) installed by the operator.",
+    )
+    kubeletRootDir: StrictStr = Field(default="/var/lib/kubelet", description="The kubelet root directory.")
+
+
+class RollingUpdateSpec(KubeModel):
+    """Rolling update of the DaemonSet pods."""
+
+    maxUnavailable: (
+        Annotated[
+            StrictInt | Annotated[StrictStr, Field(pattern=r"^[0-9]+%?$")],
+            Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+        ]
+        | None
+    ) = Field(default=None, description="Pods that may be unavailable during the update: a number or a percentage.")
+
+
+class DaemonsetsSpec(KubeModel):
+    """Common settings applied to every workload GPUCluster deploys."""
+
+    labels: StringMap | None = Field(default=None, description="Labels added to every operand's pods.")
+    annotations: StringMap | None = Field(default=None, description="Annotations added to every operand's pods.")
+    priorityClassName: StrictStr | None = Field(default=None, description="Priority class of the operand pods.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Tolerations of the operand pods.")
+    updateStrategy: Literal["RollingUpdate", "OnDelete"] = Field(
+        default="RollingUpdate", description="Update strategy of the DaemonSets."
+    )
+    rollingUpdate: RollingUpdateSpec | None = Field(default=None, description="Rolling update configuration.")
+    podSecurityContext: PodSecurityContext | None = Field(
+        default=None, description="Pod-level security context for the DaemonSet pods."
+    )
+
+
+class GPUClusterSpec(KubeModel):
+    """Desired state of the DRA software stack. Unlike ClusterPolicy, it manages neither the NVIDIA
+    driver nor a device plugin: the driver is pre-installed or managed by an NVIDIADriver."""
+
+    draDriver: DRADriverSpec = Field(default_factory=DRADriverSpec, description="The NVIDIA DRA driver stack.")
+    dcgmExporter: DCGMExporterSpec = Field(
+        default_factory=DCGMExporterSpec, description="DCGM Exporter (enabled by default)."
+    )
+    dcgm: DCGMSpec = Field(default_factory=DCGMSpec, description="Standalone DCGM hostengine (disabled by default).")
+    hostPaths: HostPathsSpec = Field(default_factory=HostPathsSpec, description="Host paths used by the operands.")
+    daemonsets: DaemonsetsSpec = Field(
+        default_factory=DaemonsetsSpec, description="Common settings of every deployed workload."
+    )
+
+
+class ProductCount(KubeModel):
+    """How many devices of one product the cluster publishes."""
+
+    productName: StrictStr = Field(description="The productName attribute, e.g. NVIDIA H100 80GB HBM3.")
+    count: Int32 = Field(description="Number of devices.")
+
+
+class GPUInventory(KubeModel):
+    """What the DRA driver publishes in ResourceSlices, summed over the cluster."""
+
+    nodes: Int32 | None = Field(default=None, description="GPU nodes publishing ResourceSlices.")
+    gpus: Int32 | None = Field(default=None, description="Full GPU devices (type gpu).")
+    migDevices: Int32 | None = Field(default=None, description="MIG devices (type mig).")
+    products: list[ProductCount] | None = Field(default=None, description="Devices per product name.")
+
+
+class GPUClusterStatus(KubeModel):
+    """Observed state of the GPUCluster."""
+
+    state: Literal["ready", "notReady", "disabled"] | None = Field(
+        default=None, description="ready when every operand is ready, notReady otherwise, disabled when ignored."
+    )
+    namespace: StrictStr | None = Field(default=None, description="Namespace of the operator and its operands.")
+    observedGeneration: Int64 | None = Field(default=None, description="The generation last reconciled.")
+    conditions: list[Condition] | None = Field(default=None, description="Ready and Error conditions.")
+    inventory: GPUInventory | None = Field(default=None, description="GPU devices published by the DRA driver.")
+
+
+class GPUCluster(KubeModel):
+    """GPUCluster configures the GPU Operator's DRA model. A cluster-scoped singleton named gpu-cluster."""
+
+    apiVersion: Literal["nvidia.com/v1alpha1"] = Field(
+        default=API_VERSION, description="APIVersion defines the versioned schema of this representation."
+    )
+    kind: Literal["GPUCluster"] = Field(default=KIND, description="Kind is the REST resource this object represents.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: GPUClusterSpec = Field(default_factory=GPUClusterSpec, description="Desired state of the DRA stack.")
+    status: GPUClusterStatus | None = Field(default=None, description="Observed state of the DRA stack.")
