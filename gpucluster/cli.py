@@ -21,7 +21,7 @@ CONTRACT = [
     "webhook", "controller", "run", "sandbox", "validate", "render",
     "admit", "match", "explain", "migrate", "audit", "certs",
 ]  # fmt: skip
-IMPLEMENTED = {"validate"}
+IMPLEMENTED = {"validate", "admit", "webhook"}
 
 
 def build_parser() -> argparse.ArgumentParser:

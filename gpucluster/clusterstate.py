@@ -1,0 +1,93 @@
+"""An in-memory view of the cluster objects our rules and reconcilers read.
+
+Plain data: filled from a file (``--cluster FILE``) or kept current by watches in the I/O layer.
+Rules only read it, so a pod admission never makes an API call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+KubeObject = dict[str, Any]
+
+# kind -> apiVersion of the kinds the rules read; the key of a kind's objects is (namespace, name).
+KINDS: Mapping[str, str] = {
+    "Namespace": "v1",
+    "Node": "v1",
+    "ClusterPolicy": "nvidia.com/v1",
+    "GPUCluster": "nvidia.com/v1alpha1",
+    "NVIDIADriver": "nvidia.com/v1alpha1",
+    "DeviceClass": "resource.k8s.io/v1",
+    "ResourceSlice": "resource.k8s.io/v1",
+    "ResourceClaim": "resource.k8s.io/v1",
+    "ResourceClaimTemplate": "resource.k8s.io/v1",
+}
+
+
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+class ClusterState:
+    """Objects by kind, with a generation counter that derived indexes can key their caches on."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, dict[tuple[str, str], KubeObject]] = {kind: {} for kind in KINDS}
+        self._synced: set[str] = set()
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterState:
+        """A static view (offline use, tests, benchmarks): every kind counts as synced."""
+        state = cls()
+        by_kind: dict[str, list[KubeObject]] = {kind: [] for kind in KINDS}
+        for obj in objects:
+            kind = obj.get("kind")
+            if isinstance(kind, str) and kind in by_kind:
+                by_kind[kind].append(dict(obj))
+        for kind, items in by_kind.items():
+            state.replace(kind, items)
+        return state
+
+    def replace(self, kind: str, objects: Iterable[KubeObject]) -> None:
+        """Set every object of ``kind`` (a fresh list); marks the kind synced."""
+        with self._lock:
+            self._objects[kind] = {object_key(o): o for o in objects}
+            self._synced.add(kind)
+            self.generation += 1
+
+    def upsert(self, kind: str, obj: KubeObject) -> None:
+        with self._lock:
+            self._objects.setdefault(kind, {})[object_key(obj)] = obj
+            self.generation += 1
+
+    def delete(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._objects.setdefault(kind, {}).pop(object_key(obj), None)
+            self.generation += 1
+
+    def list(self, kind: str) -> list[KubeObject]:
+        return list(self._objects.get(kind, {}).values())
+
+    def get(self, kind: str, name: str, namespace: str = "") -> KubeObject | None:
+        return self._objects.get(kind, {}).get((namespace, name))
+
+    def synced(self, kinds: Iterable[str] | None = None) -> bool:
+        wanted = set(KINDS if kinds is None else kinds)
+        return wanted <= self._synced
+
+    def mark_synced(self, kind: str) -> None:
+        with self._lock:
+            self._synced.add(kind)
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """Labels of namespace ``name``, or None when the namespace is not known."""
+        ns = self.get("Namespace", name)
+        if ns is None:
+            return None
+        labels = (ns.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}

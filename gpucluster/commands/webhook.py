@@ -1,0 +1,93 @@
+"""``gpucluster webhook``: serve the admission webhook over HTTPS."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+from certs.authority import new_ca, new_serving_cert, service_dns_names
+from gpucluster import logs
+from gpucluster.clusterstate import ClusterState
+from gpucluster.commands import Subparsers
+from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.manifests import load_objects
+from webhook.server import build_app, serve
+from webhook.settings import TRANSLATION_MODES, Settings
+from webhook.tls import ReloadingTLS
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "webhook",
+        help="serve the validating and mutating admission webhook over HTTPS",
+        description="Serve /validate, /mutate, /healthz, /readyz and /metrics over HTTPS (TLS 1.2+).",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    certs = parser.add_mutually_exclusive_group()
+    certs.add_argument("--cert-dir", metavar="DIR", help="directory with tls.crt and tls.key, reloaded on change")
+    certs.add_argument(
+        "--self-signed", action="store_true", help="generate a CA and serving certificate in a temporary directory"
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster to watch")
+    source.add_argument("--cluster", metavar="FILE", help="static cluster view from a file, for offline use")
+    parser.add_argument("--translation-mode", choices=TRANSLATION_MODES, default="auto")
+    parser.add_argument("--operator-namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
+    parser.add_argument("--service-name", default="gpucluster-webhook", help="Service name in the certificate SANs")
+    parser.add_argument(
+        "--shutdown-delay",
+        type=float,
+        default=5.0,
+        help="seconds /readyz reports 503 before the listener closes on SIGTERM (default 5)",
+    )
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(func=run)
+
+
+def self_signed_dir(service: str, namespace: str) -> Path:
+    """Write a fresh CA and serving pair into a private temporary directory."""
+    directory = Path(tempfile.mkdtemp(prefix="gpucluster-webhook-"))
+    ca = new_ca()
+    names = [*service_dns_names(service, namespace), "localhost"]
+    pair = new_serving_cert(ca, names, ip_addresses=["127.0.0.1", "::1"])
+    for name, data in (("ca.crt", ca.cert_pem), ("tls.crt", pair.cert_pem), ("tls.key", pair.key_pem)):
+        path = directory / name
+        path.write_bytes(data)
+        path.chmod(0o600 if name.endswith(".key") else 0o644)
+    return directory
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_format, args.log_level)
+    if not 0 < args.port < 65536:
+        raise InputError(f"--port {args.port}: must be between 1 and 65535")
+    if args.cert_dir:
+        cert_dir = Path(args.cert_dir)
+        for name in ("tls.crt", "tls.key"):
+            if not (cert_dir / name).is_file():
+                raise InputError(f"{cert_dir / name}: no such file (--cert-dir needs tls.crt and tls.key)")
+    elif args.self_signed:
+        cert_dir = self_signed_dir(args.service_name, args.operator_namespace)
+        print(f"self-signed CA: {cert_dir / 'ca.crt'}", flush=True)
+    else:
+        raise InputError("give --cert-dir DIR or --self-signed")
+    if args.cluster:
+        cluster = ClusterState.from_objects(load_objects(args.cluster))
+    else:
+        raise InputError("a live cluster view (--kubeconfig) is not implemented yet; use --cluster FILE")
+    settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
+    tls = ReloadingTLS(cert_dir / "tls.crt", cert_dir / "tls.key")
+    tls.reload_if_changed()
+    if not tls.loaded:
+        raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
+    app = build_app(cluster, settings, tls=tls)
+    try:
+        asyncio.run(serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay))
+    except OSError as exc:
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    return EXIT_OK

@@ -1,0 +1,119 @@
+"""Which rule answers which review, and how a failing rule is answered.
+
+The HTTP server and ``gpucluster admit`` both go through :func:`admit`, so offline answers are
+exactly the server's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpucluster.clusterstate import ClusterState
+from webhook.review import AdmissionRequest, Verdict, build_response, decode_review
+from webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
+from webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
+from webhook.settings import Settings
+
+log = logging.getLogger("gpucluster.webhook")
+
+Rule = Callable[[AdmissionRequest, ClusterState, Settings], Verdict]
+FailurePolicy = Literal["Fail", "Ignore"]
+Path = Literal["validate", "mutate"]
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One webhook of our configurations: its name, what it matches and how it fails."""
+
+    name: str
+    path: Path
+    group: str
+    version: str
+    resource: str
+    kind: str
+    operations: tuple[str, ...]
+    rule: Rule
+    failure_policy: FailurePolicy
+    why: str  # why this failure policy; rendered into the chart's comments and the README
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        "gpuclusters.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1alpha1", "gpuclusters",
+        "GPUCluster", ("CREATE", "UPDATE"), validate_gpucluster_request, "Fail",
+        "a second GPU management model must never slip in while the webhook is down; GPUCluster writes are rare",
+    ),
+    Hook(
+        "clusterpolicies.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1", "clusterpolicies",
+        "ClusterPolicy", ("CREATE",), validate_clusterpolicy_request, "Fail",
+        "same reason as GPUCluster: one GPU management model per cluster",
+    ),
+    Hook(
+        "nvidiadrivers.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1alpha1", "nvidiadrivers",
+        "NVIDIADriver", ("CREATE", "UPDATE"), validate_nvidiadriver_request, "Fail",
+        "an auto-upgrading driver would restart under running DRA workloads; NVIDIADriver writes are rare",
+    ),
+    Hook(
+        "nvidiadrivers.mutate.gpucluster.nvidia.com", "mutate", "nvidia.com", "v1alpha1", "nvidiadrivers",
+        "NVIDIADriver", ("CREATE", "UPDATE"), mutate_nvidiadriver_request, "Fail",
+        "the validating webhook would refuse the object anyway; failing early says why",
+    ),
+)  # fmt: skip
+
+
+def hooks(path: Path) -> dict[tuple[str, str], Hook]:
+    """The hooks served on ``path``, keyed by (group, kind)."""
+    return {(h.group, h.kind): h for h in HOOKS if h.path == path}
+
+
+@dataclass
+class Admission:
+    """What one review produced: the response, and for offline use the patched object and creates."""
+
+    response: dict[str, Any]
+    request: AdmissionRequest
+    verdict: Verdict
+    hook: Hook | None = None
+    creates: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rule(self) -> str:
+        return self.hook.name if self.hook else "none"
+
+
+def _failed(hook: Hook, request: AdmissionRequest, exc: Exception) -> Verdict:
+    log.error(
+        "rule failed hook=%s uid=%s kind=%s namespace=%s name=%s error=%r",
+        hook.name, request.uid, request.kind, request.namespace, request.name, exc,
+    )  # fmt: skip
+    if hook.failure_policy == "Ignore":
+        return Verdict(warnings=[f"gpucluster webhook error (uid {request.uid}); request not checked"], outcome="error")
+    verdict = Verdict.deny(
+        f"internal error in {hook.name} (uid {request.uid}); the webhook logs have the details, retry later",
+        code=500,
+        reason="InternalError",
+    )
+    verdict.outcome = "error"
+    return verdict
+
+
+def admit_request(request: AdmissionRequest, *, path: Path, cluster: ClusterState, settings: Settings) -> Admission:
+    """Answer a decoded request on ``path`` with the matching rule."""
+    hook = hooks(path).get((request.group, request.kind))
+    if hook is None or request.sub_resource:
+        verdict = Verdict.allow(outcome="skipped")
+    else:
+        try:
+            verdict = hook.rule(request, cluster, settings)
+        except Exception as exc:  # a rule bug must not become an HTTP 500
+            verdict = _failed(hook, request, exc)
+    response = build_response(request, verdict, mutating=path == "mutate")
+    return Admission(response, request, verdict, hook, list(verdict.creates))
+
+
+def admit(body: bytes | str, *, path: Path, cluster: ClusterState, settings: Settings) -> Admission:
+    """Decode ``body`` (raises ReviewDecodeError) and answer it."""
+    return admit_request(decode_review(body), path=path, cluster=cluster, settings=settings)

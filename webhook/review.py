@@ -1,0 +1,182 @@
+"""AdmissionReview ``admission.k8s.io/v1`` in and out.
+
+The request is decoded into a plain dataclass; a rule answers with a :class:`Verdict`; the
+response is built here, so that every response echoes ``uid``, ``apiVersion`` and ``kind``,
+validating responses never carry a patch, and a mutating response's patch is computed by diffing
+the object exactly as received with the mutated one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonpatch
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+MAX_WARNING_LENGTH = 119  # "Warnings under 120 characters"; the API server truncates longer ones
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class ReviewDecodeError(ValueError):
+    """The body is not an AdmissionReview we can answer: HTTP 400."""
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The fields of an AdmissionRequest the rules read."""
+
+    uid: str
+    group: str
+    version: str
+    kind: str
+    resource: str
+    sub_resource: str
+    operation: Operation
+    name: str
+    namespace: str
+    obj: dict[str, Any] | None
+    old_obj: dict[str, Any] | None
+    dry_run: bool
+    user: str
+    review_api_version: str = API_VERSION
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def gvk(self) -> str:
+        return f"{self.group}/{self.version}/{self.kind}" if self.group else f"{self.version}/{self.kind}"
+
+
+def _string(value: Any, where: str, *, required: bool = False) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise ReviewDecodeError(f"{where} must be a non-empty string" if required else f"{where} must be a string")
+    return value
+
+
+def _object(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ReviewDecodeError(f"{where} must be an object")
+    return value
+
+
+def decode_review(body: bytes | str) -> AdmissionRequest:
+    """Decode an AdmissionReview; anything we cannot answer raises :class:`ReviewDecodeError`."""
+    try:
+        review = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReviewDecodeError(f"body is not JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise ReviewDecodeError("body must be a JSON object (an AdmissionReview)")
+    api_version, kind = review.get("apiVersion"), review.get("kind")
+    if kind != KIND or api_version not in (API_VERSION, "admission.k8s.io/v1beta1"):
+        raise ReviewDecodeError(f"expected apiVersion {API_VERSION} kind {KIND}, got {api_version} {kind}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewDecodeError("AdmissionReview has no request")
+    uid = _string(request.get("uid"), "request.uid", required=True)
+    kind_ref = _object(request.get("kind"), "request.kind") or {}
+    resource_ref = _object(request.get("resource"), "request.resource") or {}
+    operation = request.get("operation")
+    if operation not in _OPERATIONS:
+        raise ReviewDecodeError(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
+    user_info = _object(request.get("userInfo"), "request.userInfo") or {}
+    dry_run = request.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise ReviewDecodeError("request.dryRun must be a boolean")
+    return AdmissionRequest(
+        uid=uid,
+        group=_string(kind_ref.get("group"), "request.kind.group"),
+        version=_string(kind_ref.get("version"), "request.kind.version"),
+        kind=_string(kind_ref.get("kind"), "request.kind.kind", required=True),
+        resource=_string(resource_ref.get("resource"), "request.resource.resource"),
+        sub_resource=_string(request.get("subResource"), "request.subResource"),
+        operation=operation,
+        name=_string(request.get("name"), "request.name"),
+        namespace=_string(request.get("namespace"), "request.namespace"),
+        obj=_object(request.get("object"), "request.object"),
+        old_obj=_object(request.get("oldObject"), "request.oldObject"),
+        dry_run=dry_run,
+        user=_string(user_info.get("username"), "request.userInfo.username"),
+        review_api_version=str(api_version),
+        raw=request,
+    )
+
+
+@dataclass
+class Verdict:
+    """A rule's answer. ``patched`` is the whole object after mutation; the patch is derived from it."""
+
+    allowed: bool = True
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    patched: dict[str, Any] | None = None
+    creates: list[dict[str, Any]] = field(default_factory=list)
+    outcome: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
+
+    @classmethod
+    def allow(cls, *warnings: str, outcome: str = "allowed") -> Verdict:
+        return cls(warnings=list(warnings), outcome=outcome if not warnings else "warned")
+
+    @classmethod
+    def deny(cls, message: str, *, code: int = 403, reason: str = "Forbidden") -> Verdict:
+        return cls(allowed=False, code=code, reason=reason, message=message, outcome="denied")
+
+    @classmethod
+    def invalid(cls, message: str) -> Verdict:
+        return cls.deny(message, code=422, reason="Invalid")
+
+
+def short_warning(text: str) -> str:
+    """A warning the API server passes on whole: one line, under 120 characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_WARNING_LENGTH else text[: MAX_WARNING_LENGTH - 3] + "..."
+
+
+def compute_patch(original: dict[str, Any] | None, patched: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """RFC 6902 operations turning the received object into the mutated one."""
+    if original is None or patched is None:
+        return []
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(original, patched).patch
+    return ops
+
+
+def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: bool) -> dict[str, Any]:
+    """The AdmissionReview the API server receives back."""
+    response: dict[str, Any] = {"uid": request.uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {
+            "metadata": {},
+            "status": "Failure",
+            "code": verdict.code,
+            "reason": verdict.reason or "Forbidden",
+            "message": verdict.message,
+        }
+    warnings = [short_warning(w) for w in verdict.warnings if w.strip()]
+    if warnings:
+        response["warnings"] = list(dict.fromkeys(warnings))
+    if mutating and verdict.allowed:
+        ops = compute_patch(request.obj, verdict.patched)
+        if ops:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
+    return {"apiVersion": request.review_api_version, "kind": KIND, "response": response}
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch a response carries (empty when none)."""
+    encoded = response.get("response", {}).get("patch")
+    if not encoded:
+        return []
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(encoded))
+    return ops

@@ -1,0 +1,22 @@
+"""What an operator configures about the webhook's behaviour (flags, Helm values)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TranslationMode = Literal["auto", "always", "audit", "off"]
+TRANSLATION_MODES: tuple[TranslationMode, ...] = ("auto", "always", "audit", "off")
+
+# A pod, or every pod of a namespace, opts out of translation with this label or annotation set to "false"...
+TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"
+# ...and the namespace of the operator never gets its pods translated.
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Webhook behaviour. ``operator_namespace`` is excluded from translation."""
+
+    translation_mode: TranslationMode = "auto"
+    operator_namespace: str = "gpu-operator"
