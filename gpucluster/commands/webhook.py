@@ -13,10 +13,17 @@ from gpucluster import logs
 from gpucluster.clusterstate import ClusterState
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.kube.client import Kube
+from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
+from webhook.creator import kube_creator
 from webhook.server import build_app, serve
 from webhook.settings import TRANSLATION_MODES, Settings
 from webhook.tls import ReloadingTLS
+
+# What the rules read: the GPU management models, DeviceClasses and slices for claim checks,
+# namespaces for opt-outs and the admin-access label.
+WEBHOOK_KINDS = ["Namespace", "ClusterPolicy", "GPUCluster", "NVIDIADriver", "DeviceClass", "ResourceSlice"]
 
 
 def register(subparsers: Subparsers) -> None:
@@ -76,18 +83,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"self-signed CA: {cert_dir / 'ca.crt'}", flush=True)
     else:
         raise InputError("give --cert-dir DIR or --self-signed")
-    if args.cluster:
-        cluster = ClusterState.from_objects(load_objects(args.cluster))
-    else:
-        raise InputError("a live cluster view (--kubeconfig) is not implemented yet; use --cluster FILE")
+    static = ClusterState.from_objects(load_objects(args.cluster)) if args.cluster else None
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
     tls = ReloadingTLS(cert_dir / "tls.crt", cert_dir / "tls.key")
     tls.reload_if_changed()
     if not tls.loaded:
         raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
-    app = build_app(cluster, settings, tls=tls)
     try:
-        asyncio.run(serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay))
+        asyncio.run(_serve(args, tls, settings, static))
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return EXIT_OK
+
+
+async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings, static: ClusterState | None) -> None:
+    if static is not None:
+        app = build_app(static, settings, tls=tls)
+        await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+        return
+    try:
+        kube = await Kube.connect(args.kubeconfig)
+    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
+        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    cluster = ClusterState()
+    reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
+    try:
+        app = build_app(cluster, settings, tls=tls, creator=kube_creator(kube))
+        await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+    finally:
+        reflectors.cancel()
+        await kube.close()

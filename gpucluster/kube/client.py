@@ -1,0 +1,118 @@
+"""Raw-JSON access to the API server through the official ``kubernetes.aio`` client."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.aio import client as aio_client
+from kubernetes.aio import config as aio_config
+
+KubeObject = dict[str, Any]
+Query = Sequence[tuple[str, str]]
+
+
+class KubeError(Exception):
+    """A non-2xx answer; ``status`` is the HTTP code and ``body`` the Status object when there is one."""
+
+    def __init__(self, status: int, body: Mapping[str, Any] | None, method: str, path: str) -> None:
+        self.status = status
+        self.body = dict(body or {})
+        self.reason = str(self.body.get("reason", ""))
+        message = self.body.get("message") or f"HTTP {status}"
+        super().__init__(f"{method} {path}: {status} {self.reason}: {message}".replace(": :", ":"))
+
+
+async def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> aio_client.Configuration:
+    """A client configuration from ``kubeconfig``, else in-cluster, else ``$KUBECONFIG``/~/.kube/config."""
+    configuration = aio_client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        aio_config.load_incluster_config(client_configuration=configuration)
+    else:
+        await aio_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+        )
+    return configuration
+
+
+@dataclass
+class Kube:
+    """JSON requests over a configured ``ApiClient``."""
+
+    api: aio_client.ApiClient
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        return cls(aio_client.ApiClient(await load_configuration(kubeconfig, context)))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30.0,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        payload = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
+        m, url, hdrs, data, _ = await self.api.param_serialize(
+            method, path, query_params=list(query), header_params=headers, body=payload, auth_settings=["BearerToken"]
+        )
+        return await self.api.call_api(
+            m, url, header_params=hdrs, body=data, _request_timeout=timeout, _preload_content=False
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30.0,
+    ) -> KubeObject:
+        """Send a request and return the decoded JSON body; non-2xx raises :class:`KubeError`."""
+        resp = await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        raw = await resp.read()
+        try:
+            decoded = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            decoded = {"message": raw[:200].decode(errors="replace")}
+        if not 200 <= resp.status < 300:
+            raise KubeError(resp.status, decoded if isinstance(decoded, dict) else None, method, path)
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def get(self, path: str, query: Query = ()) -> KubeObject:
+        return await self.request("GET", path, query=query)
+
+    async def watch(self, path: str, query: Query, *, timeout: float | None = None) -> AsyncIterator[KubeObject]:
+        """Yield watch events ``{"type", "object"}`` until the server ends the stream."""
+        resp = await self._send("GET", path, query=[*query, ("watch", "true")], timeout=timeout)
+        if not 200 <= resp.status < 300:
+            raw = await resp.read()
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError:
+                body = None
+            raise KubeError(resp.status, body, "WATCH", path)
+        content = resp.response.content
+        try:
+            while True:
+                line = await content.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.response.release()

@@ -1,0 +1,152 @@
+"""List-then-watch reflectors that keep a :class:`ClusterState` current, as client-go's do.
+
+A reflector lists (paginated), then watches from the list's resourceVersion with bookmarks; a
+410 Gone, or an ERROR event carrying one, makes it relist; other failures back off and retry.
+A resource the server does not serve (a CRD not installed) counts as an empty, synced kind and
+is looked for again later, so the webhook can be ready on a cluster without ClusterPolicy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpucluster.clusterstate import ClusterState, KubeObject
+from gpucluster.kube.client import Kube, KubeError
+
+log = logging.getLogger("gpucluster.kube.reflector")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind and the collection path that serves it, e.g. ``/apis/resource.k8s.io/v1/resourceslices``."""
+
+    kind: str
+    path: str
+
+
+RESOURCES: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        Resource("Namespace", "/api/v1/namespaces"),
+        Resource("Node", "/api/v1/nodes"),
+        Resource("ClusterPolicy", "/apis/nvidia.com/v1/clusterpolicies"),
+        Resource("GPUCluster", "/apis/nvidia.com/v1alpha1/gpuclusters"),
+        Resource("NVIDIADriver", "/apis/nvidia.com/v1alpha1/nvidiadrivers"),
+        Resource("DeviceClass", "/apis/resource.k8s.io/v1/deviceclasses"),
+        Resource("ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices"),
+        Resource("ResourceClaim", "/apis/resource.k8s.io/v1/resourceclaims"),
+        Resource("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates"),
+    )
+}
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+class Reflector:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        state: ClusterState,
+        *,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        missing_retry: float = 30.0,
+        on_event: Callable[[str, KubeObject], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.state = state
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.missing_retry = missing_retry
+        self.on_event = on_event
+        self.lists = 0
+
+    async def _list(self) -> str:
+        items: list[KubeObject] = []
+        cont = ""
+        while True:
+            query = [("limit", str(self.page_size))] + ([("continue", cont)] if cont else [])
+            page = await self.kube.get(self.resource.path, query)
+            kind = self.resource.kind
+            api_version = str(page.get("apiVersion", ""))
+            for item in page.get("items") or []:
+                item.setdefault("kind", kind)  # list items arrive without kind/apiVersion
+                item.setdefault("apiVersion", api_version)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                self.state.replace(self.resource.kind, items)
+                self.lists += 1
+                return str(meta.get("resourceVersion") or "")
+
+    async def _watch(self, resource_version: str) -> str:
+        query = [
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self.watch_timeout)),
+        ]
+        async for event in self.kube.watch(self.resource.path, query, timeout=self.watch_timeout + 30):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Gone()
+                raise KubeError(int(obj.get("code") or 500), obj, "WATCH", self.resource.path)
+            resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
+            if kind == "BOOKMARK":
+                continue
+            obj.setdefault("kind", self.resource.kind)
+            if kind in ("ADDED", "MODIFIED"):
+                self.state.upsert(self.resource.kind, obj)
+            elif kind == "DELETED":
+                self.state.delete(self.resource.kind, obj)
+            if self.on_event is not None:
+                self.on_event(str(kind), obj)
+        return resource_version
+
+    async def run(self) -> None:
+        """Keep the kind current until cancelled."""
+        backoff = 0.5
+        resource_version = ""
+        while True:
+            try:
+                if not resource_version:
+                    resource_version = await self._list()
+                resource_version = await self._watch(resource_version)
+                backoff = 0.5
+            except Gone:
+                log.info("watch expired, relisting kind=%s", self.resource.kind)
+                resource_version = ""
+            except KubeError as exc:
+                if exc.status == 404:
+                    # Not served (CRD absent): an empty kind is the truth until it appears.
+                    self.state.replace(self.resource.kind, [])
+                    resource_version = ""
+                    await asyncio.sleep(self.missing_retry)
+                    continue
+                if exc.status == 410:
+                    resource_version = ""
+                    continue
+                log.warning("reflector error kind=%s error=%s", self.resource.kind, exc)
+                resource_version = ""
+                await asyncio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 30.0)
+            except (OSError, TimeoutError, ValueError) as exc:
+                log.warning("reflector connection error kind=%s error=%r", self.resource.kind, exc)
+                await asyncio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 30.0)
+
+
+async def run_reflectors(kube: Kube, state: ClusterState, kinds: list[str]) -> None:
+    """Run reflectors for ``kinds``; kinds not watched count as synced and empty."""
+    for kind in set(RESOURCES) - set(kinds):
+        state.mark_synced(kind)
+    await asyncio.gather(*(Reflector(kube, RESOURCES[k], state).run() for k in kinds))
