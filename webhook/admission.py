@@ -38,6 +38,12 @@ class Hook:
     rule: Rule
     failure_policy: FailurePolicy
     why: str  # why this failure policy; rendered into the chart's comments and the README
+    namespaced: bool = False
+    timeout_seconds: int = 10
+    side_effects: Literal["None", "NoneOnDryRun"] = "None"
+    reinvocation: Literal["Never", "IfNeeded"] = "Never"
+    match_conditions: tuple[tuple[str, str], ...] = ()  # (name, CEL expression)
+    object_selector: dict[str, Any] | None = None
 
 
 HOOKS: tuple[Hook, ...] = (

@@ -1,0 +1,649 @@
+"""Translate legacy GPU extended-resource requests into DRA ResourceClaims.
+
+A pure function of plain Kubernetes JSON (dicts), used by the mutating admission webhook (Pod
+CREATE) and by ``gpucluster migrate`` (pod templates in workload manifests). No I/O.
+
+What a translation does
+-----------------------
+``nvidia.com/gpu: N`` becomes an ExactCount request of N devices of DeviceClass ``gpu.nvidia.com``;
+``nvidia.com/mig-<profile>: N`` (the device plugin's mixed-strategy names) becomes a request of N
+devices of ``mig.nvidia.com`` with the selector
+``device.attributes["gpu.nvidia.com"].profile == "<profile>"``. The device plugin spells the ``+``
+of a profile such as ``1g.10gb+me`` as ``.`` (``nvidia.com/mig-1g.10gb.me``); the profile is
+spelled back the way the DRA driver publishes it. The resources are removed from ``limits`` and
+``requests`` of every container (init containers and sidecars included), the pod gets
+``spec.resourceClaims`` entries that point at ResourceClaimTemplates, and every container gets
+``resources.claims`` entries for exactly the devices it asked for.
+
+Devices across containers (the device plugin's semantics, KEP-753 / KEP-5004)
+------------------------------------------------------------------------------
+The pod gets as many devices of each resource as Kubernetes' effective request::
+
+    max(sum(regular) + sum(sidecars), max over init i of (init_i + sidecars started before i))
+
+Long-lived containers (regular containers and sidecars, i.e. init containers with
+``restartPolicy: Always``) each own their devices. A non-sidecar init container runs alone (after
+the sidecars before it have started and before everything after it), so it reuses the devices of
+the long-lived containers that start after it and takes the rest from an extra pool sized for the
+largest shortfall. Per resource the devices are laid out on a line::
+
+    [extra pool][regular containers in order][sidecars, last one first]
+
+Every long-lived container owns its own segment; init container i takes the prefix of length
+``init_i`` of the line. That prefix never reaches a sidecar that starts before i (those are at the
+far end), and the extra pool is exactly ``max(0, max_i(init_i - later_i))``. The line is cut at
+every segment boundary and prefix end; each piece becomes one device request, and each container
+refers to exactly the pieces it covers, so every container sees exactly the number of devices it
+asked for and the total is the effective request. Upstream's automatic claim (KEP-5004 since
+1.35) reuses long-lived requests whole, so an init container can see more devices than it asked
+for; cutting the line avoids that.
+
+Claims, templates and names
+---------------------------
+Containers that share a piece are grouped into one claim (a connected component); a container
+with several GPU resources gets them all in its one claim. Claims are named
+``<claim_prefix>-<k>`` (``gpu-0``, ``gpu-1``, ... in the order of the first container of each
+claim, init containers first). A claim with a single request is referenced without ``request``;
+otherwise each container lists the requests it uses. Requests are named after the resource
+(``gpu``, ``mig-1g-10gb``), with ``-<k>`` appended when a resource is cut into several pieces.
+
+Each claim comes from a ResourceClaimTemplate whose name is derived from its content only:
+``<template_prefix>-<summary>-<hash>``, e.g. ``gpucluster-gpu-2-1a2b3c4d5e``, where the summary is
+``<request base>-<devices>`` per resource and the hash is the first 10 hex digits of the SHA-256
+of the canonical JSON of the template's ``spec``. Same shape, same template, shared by all pods of
+a namespace; different content never shares a name. Templates (and the claims made from them) are
+labelled ``app.kubernetes.io/managed-by: gpucluster``.
+
+Annotation and idempotence
+--------------------------
+The original requests are recorded in the annotation ``gpucluster.nvidia.com/translated-from``
+(``TranslationConfig.annotation``), a JSON object with sorted keys, keyed by container name
+(container names are unique across init and regular containers), with the quantity as written::
+
+    {"containers": {"cuda": {"nvidia.com/gpu": "2"}, "warmup": {"nvidia.com/gpu": "1"}}}
+
+A translated pod carries no translatable resource any more, so translating it again changes
+nothing. A pod that carries the annotation is never translated a second time: GPU requests that
+appear in it later are reported and left alone (our claims are already there).
+
+What is not translated
+----------------------
+Reported in ``Translation.problems`` and left alone:
+
+* a container whose GPU request Kubernetes would reject or that asks for nothing: a request
+  without a limit, a request different from the limit, a quantity that is not a whole number
+  (``500m``, ``1.5``), zero, negative or unparsable. The whole container is left unchanged (its
+  other GPU resources too);
+* resources under ``nvidia.com/`` (``TranslationConfig.watched_prefixes``) that the mapping does
+  not know, e.g. ``nvidia.com/gpu.shared``: that resource is left as it is, the container's other
+  resources are translated;
+* the whole pod when one of the claim names it needs is already in ``spec.resourceClaims``, when
+  one claim would need more than 32 devices or 32 requests (the ResourceClaim limits), or when the
+  pod was already translated.
+
+Ephemeral containers cannot have resources and are ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import pairwise
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "RESOURCE_API_VERSION",
+    "ResourceMapping",
+    "Translation",
+    "TranslationConfig",
+    "gpu_resources",
+    "mig_profile",
+    "parse_quantity",
+    "translate_pod",
+    "translate_pod_spec",
+]
+
+RESOURCE_API_VERSION = "resource.k8s.io/v1"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpucluster"
+DEFAULT_ANNOTATION = "gpucluster.nvidia.com/translated-from"
+
+# resource.k8s.io/v1: AllocationResultsMaxSize and DeviceRequestsMaxSize.
+MAX_DEVICES_PER_CLAIM = 32
+MAX_REQUESTS_PER_CLAIM = 32
+
+_DNS_LABEL_MAX = 63
+_HASH_LEN = 10
+
+
+@dataclass(frozen=True)
+class ResourceMapping:
+    """Where an extended resource goes: a DeviceClass and an optional CEL selector."""
+
+    device_class: str
+    selector: str | None = None
+
+
+@dataclass(frozen=True)
+class TranslationConfig:
+    """Which extended resources are translated, and how results are named.
+
+    ``mapping`` is looked up first; names starting with ``mig_prefix`` (``None`` disables the rule)
+    then map to ``mig_device_class`` with a profile selector.
+    """
+
+    mapping: Mapping[str, ResourceMapping]
+    mig_prefix: str | None = "nvidia.com/mig-"
+    mig_device_class: str = "mig.nvidia.com"
+    annotation: str = DEFAULT_ANNOTATION
+    claim_prefix: str = "gpu"
+    template_prefix: str = "gpucluster"
+    watched_prefixes: tuple[str, ...] = ("nvidia.com/",)
+
+    def resolve(self, resource: str) -> ResourceMapping | None:
+        """The mapping for ``resource``, or ``None`` when it is not translated."""
+        found = self.mapping.get(resource)
+        if found is not None:
+            return found
+        if self.mig_prefix and resource.startswith(self.mig_prefix) and len(resource) > len(self.mig_prefix):
+            profile = mig_profile(resource[len(self.mig_prefix) :])
+            return ResourceMapping(
+                self.mig_device_class,
+                f'device.attributes["gpu.nvidia.com"].profile == {_cel_string(profile)}',
+            )
+        return None
+
+    def watched(self, resource: str) -> bool:
+        return any(resource.startswith(prefix) for prefix in self.watched_prefixes)
+
+
+DEFAULT_CONFIG = TranslationConfig(mapping=MappingProxyType({"nvidia.com/gpu": ResourceMapping("gpu.nvidia.com")}))
+
+
+@dataclass
+class Translation:
+    """The result of translating one pod spec."""
+
+    pod_spec: dict[str, Any]
+    annotations: dict[str, str] = field(default_factory=dict)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = False
+    changes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    devices: dict[str, int] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- quantities
+
+_QUANTITY = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)$")
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_EXPONENT = re.compile(r"^[eE]([+-]?\d+)$")
+
+
+def parse_quantity(value: Any) -> Fraction:
+    """A Kubernetes quantity (string, or a number from YAML) as an exact fraction.
+
+    Raises ``ValueError`` for anything Kubernetes would not parse.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not a quantity")
+        return Fraction(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a quantity")
+    match = _QUANTITY.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a quantity")
+    sign, number, suffix = match.groups()
+    amount = Fraction(number)
+    if suffix in _BINARY:
+        amount *= 2 ** _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        amount *= Fraction(10) ** _DECIMAL[suffix]
+    else:
+        exponent = _EXPONENT.match(suffix)
+        if exponent is None:
+            raise ValueError(f"{value!r} is not a quantity")
+        amount *= Fraction(10) ** int(exponent.group(1))
+    return -amount if sign == "-" else amount
+
+
+def _quantity_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# ----------------------------------------------------------------------------- names
+
+_MIG_BASE = re.compile(r"^(?:\d+c\.)?\d+g\.\d+gb")
+
+
+def mig_profile(suffix: str) -> str:
+    """The MIG profile the DRA driver publishes for a device-plugin resource suffix.
+
+    The device plugin replaces ``+`` by ``.`` in resource names: ``1g.10gb.me`` is ``1g.10gb+me``,
+    ``1g.10gb.me.all`` is ``1g.10gb+me.all``. ``-me`` and plain profiles are spelled the same.
+    Suffixes that do not look like a profile are used as they are.
+    """
+    base = _MIG_BASE.match(suffix)
+    if base is None:
+        return suffix
+    rest = suffix[base.end() :]
+    if rest.startswith("."):
+        return suffix[: base.end()] + "+" + rest[1:]
+    return suffix
+
+
+def _cel_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _dns_label(text: str, limit: int = _DNS_LABEL_MAX) -> str:
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower())
+    label = re.sub(r"-{2,}", "-", label).strip("-")[:limit].strip("-")
+    return label or "device"
+
+
+def _request_bases(resources: Iterable[str]) -> dict[str, str]:
+    """A distinct DNS-label base name per resource: ``nvidia.com/mig-1g.10gb`` -> ``mig-1g-10gb``."""
+    bases: dict[str, str] = {}
+    used: set[str] = set()
+    for resource in sorted(resources):
+        base = _dns_label(resource.rsplit("/", 1)[-1], 40)
+        if base in used:
+            base = f"{base[:33]}-{_digest(resource)[:6]}"
+        used.add(base)
+        bases[resource] = base
+    return bases
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _template_name(prefix: str, summary: str, spec: Mapping[str, Any]) -> str:
+    digest = _digest(spec)[:_HASH_LEN]
+    room = _DNS_LABEL_MAX - len(prefix) - len(digest) - 2
+    short = summary[: max(room, 0)].strip("-")
+    return f"{prefix}-{short}-{digest}" if short else f"{prefix}-{digest}"
+
+
+# ----------------------------------------------------------------------------- analysis
+
+Kind = Literal["init", "sidecar", "regular"]
+_MISSING = object()
+
+
+@dataclass
+class _Container:
+    kind: Kind
+    position: int  # index in initContainers + containers: the order containers start in
+    source: str  # "initContainers" or "containers"
+    index: int  # index in that field
+    name: str
+    counts: dict[str, int]  # translatable resource -> devices
+    originals: dict[str, str]  # translatable resource -> quantity as written
+
+    @property
+    def label(self) -> str:
+        return {"init": "init container", "sidecar": "sidecar", "regular": "container"}[self.kind] + f" {self.name}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _as_dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[Kind, str, int, Mapping[str, Any]]]:
+    found: list[tuple[Kind, str, int, Mapping[str, Any]]] = []
+    for i, c in enumerate(_as_list(pod_spec.get("initContainers"))):
+        if isinstance(c, Mapping):
+            kind: Kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+            found.append((kind, "initContainers", i, c))
+    for i, c in enumerate(_as_list(pod_spec.get("containers"))):
+        if isinstance(c, Mapping):
+            found.append(("regular", "containers", i, c))
+    return found
+
+
+def _check(resource: str, limit: Any, request: Any) -> tuple[int | None, str | None]:
+    """(count, None) for a translatable request, or (None, why not)."""
+    if limit is _MISSING:
+        return None, f"{resource} has a request but no limit (Kubernetes requires one)"
+    try:
+        lim = parse_quantity(limit)
+    except ValueError:
+        return None, f"{resource} {_quantity_text(limit)!r} is not a valid quantity"
+    if request is not _MISSING:
+        try:
+            req = parse_quantity(request)
+        except ValueError:
+            return None, f"{resource} {_quantity_text(request)!r} is not a valid quantity"
+        if req != lim:
+            return None, (f"{resource} request {_quantity_text(request)} differs from limit {_quantity_text(limit)}")
+    if lim.denominator != 1:
+        return None, f"{resource} {_quantity_text(limit)} is not a whole number of devices"
+    if lim < 0:
+        return None, f"{resource} {_quantity_text(limit)} is negative"
+    if lim == 0:
+        return None, f"{resource} {_quantity_text(limit)} asks for no device"
+    return int(lim), None
+
+
+def _analyse(pod_spec: Mapping[str, Any], config: TranslationConfig) -> tuple[list[_Container], list[str]]:
+    """Translatable containers (with their counts) and what cannot be translated."""
+    result: list[_Container] = []
+    problems: list[str] = []
+    for position, (kind, fld, index, c) in enumerate(_containers(pod_spec)):
+        name = str(c.get("name", f"{fld}[{index}]"))
+        label = _Container(kind, position, fld, index, name, {}, {}).label
+        resources = _as_dict(c.get("resources"))
+        limits = _as_dict(resources.get("limits"))
+        requests = _as_dict(resources.get("requests"))
+        counts: dict[str, int] = {}
+        originals: dict[str, str] = {}
+        invalid: list[str] = []
+        for resource in sorted(set(limits) | set(requests)):
+            if config.resolve(resource) is None:
+                if config.watched(resource):
+                    problems.append(f"{label}: {resource} is not a resource gpucluster translates; left as it is")
+                continue
+            limit = limits.get(resource, _MISSING)
+            count, why = _check(resource, limit, requests.get(resource, _MISSING))
+            if why is not None or count is None:
+                invalid.append(str(why))
+                continue
+            counts[resource] = count
+            originals[resource] = _quantity_text(limit)
+        if invalid:
+            problems.extend(f"{label}: {why}; container left unchanged" for why in invalid)
+            continue
+        if counts:
+            result.append(_Container(kind, position, fld, index, name, counts, originals))
+    return result, problems
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+@dataclass
+class _Piece:
+    resource: str
+    size: int
+    users: list[int]  # positions of the containers that see this piece, in start order
+
+
+def _plan_resource(resource: str, users: Sequence[tuple[_Container, int]]) -> list[_Piece]:
+    """Cut one resource's device line into pieces (see the module docstring)."""
+    regular = [(c, n) for c, n in users if c.kind == "regular"]
+    sidecars = sorted(((c, n) for c, n in users if c.kind == "sidecar"), key=lambda cn: -cn[0].position)
+    inits = [(c, n) for c, n in users if c.kind == "init"]
+    long_lived = regular + sidecars
+
+    def later(position: int) -> int:
+        return sum(n for c, n in long_lived if c.position > position)
+
+    extra = max([0, *(n - later(c.position) for c, n in inits)])
+    segments: list[tuple[int, int, int]] = []  # (start, end, container position)
+    start = extra
+    for c, n in long_lived:
+        segments.append((start, start + n, c.position))
+        start += n
+    segments.extend((0, n, c.position) for c, n in inits)
+    total = start
+    cuts = sorted({0, total, *(s for s, _, _ in segments), *(e for _, e, _ in segments)})
+    pieces: list[_Piece] = []
+    for lo, hi in pairwise(cuts):
+        covering = sorted(p for s, e, p in segments if s <= lo and hi <= e)
+        pieces.append(_Piece(resource, hi - lo, covering))
+    return pieces
+
+
+@dataclass
+class _Claim:
+    name: str
+    members: list[int]  # container positions, in start order
+    requests: list[tuple[str, _Piece]]  # (request name, piece) in template order
+    template: dict[str, Any]
+
+
+def _group(pieces: Sequence[_Piece], positions: Iterable[int]) -> list[list[int]]:
+    parent = {p: p for p in positions}
+
+    def find(p: int) -> int:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    for piece in pieces:
+        first = find(piece.users[0])
+        for other in piece.users[1:]:
+            root = find(other)
+            if root != first:
+                parent[max(root, first)] = min(root, first)
+                first = min(root, first)
+    groups: dict[int, list[int]] = {}
+    for p in sorted(parent):
+        groups.setdefault(find(p), []).append(p)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _device_request(name: str, mapping: ResourceMapping, count: int) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": mapping.device_class, "allocationMode": "ExactCount", "count": count}
+    if mapping.selector:
+        exactly["selectors"] = [{"cel": {"expression": mapping.selector}}]
+    return {"name": name, "exactly": exactly}
+
+
+def _build_claims(
+    containers: Sequence[_Container], config: TranslationConfig, namespace: str | None
+) -> tuple[list[_Claim], list[_Piece]]:
+    by_resource: dict[str, list[tuple[_Container, int]]] = {}
+    for c in containers:
+        for resource, n in c.counts.items():
+            by_resource.setdefault(resource, []).append((c, n))
+    pieces = [piece for resource in sorted(by_resource) for piece in _plan_resource(resource, by_resource[resource])]
+    bases = _request_bases(by_resource)
+    claims: list[_Claim] = []
+    for k, members in enumerate(_group(pieces, (c.position for c in containers))):
+        member_set = set(members)
+        mine = [piece for piece in pieces if piece.users[0] in member_set]
+        requests: list[tuple[str, _Piece]] = []
+        summary: list[str] = []
+        for resource in sorted({piece.resource for piece in mine}):
+            parts = [piece for piece in mine if piece.resource == resource]
+            base = bases[resource]
+            if len(parts) == 1:
+                requests.append((base, parts[0]))
+            else:
+                requests.extend((f"{base}-{i}", piece) for i, piece in enumerate(parts))
+            summary.append(f"{base}-{sum(piece.size for piece in parts)}")
+        spec: dict[str, Any] = {
+            "metadata": {"labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        _device_request(name, _resolved(config, piece.resource), piece.size) for name, piece in requests
+                    ]
+                }
+            },
+        }
+        metadata: dict[str, Any] = {
+            "name": _template_name(config.template_prefix, "-".join(summary), spec),
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        }
+        if namespace:
+            metadata["namespace"] = namespace
+        template = {"apiVersion": RESOURCE_API_VERSION, "kind": "ResourceClaimTemplate", "metadata": metadata}
+        template["spec"] = spec
+        claims.append(_Claim(f"{config.claim_prefix}-{k}", members, requests, template))
+    return claims, pieces
+
+
+def _resolved(config: TranslationConfig, resource: str) -> ResourceMapping:
+    mapping = config.resolve(resource)
+    if mapping is None:  # pragma: no cover - only translatable resources get here
+        raise AssertionError(resource)
+    return mapping
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def gpu_resources(pod_spec: Mapping[str, Any], config: TranslationConfig = DEFAULT_CONFIG) -> dict[str, dict[str, int]]:
+    """Container name -> {resource: devices} for the requests a translation would take over.
+
+    Containers whose GPU requests cannot be translated (see the module docstring) and resources
+    the mapping does not know are left out; empty when the pod asks for no translatable GPU.
+    """
+    containers, _ = _analyse(pod_spec, config)
+    return {c.name: dict(c.counts) for c in containers}
+
+
+def translate_pod_spec(
+    pod_spec: Mapping[str, Any],
+    *,
+    namespace: str | None,
+    existing_annotations: Mapping[str, str] | None = None,
+    config: TranslationConfig = DEFAULT_CONFIG,
+) -> Translation:
+    """Translate the GPU extended resources of a pod spec (or pod template spec) into DRA claims.
+
+    ``pod_spec`` is never modified; ``Translation.pod_spec`` is a translated copy (an unchanged
+    copy when ``changed`` is false). ``existing_annotations`` are the pod's (or template's)
+    annotations, used to recognise a pod that was already translated. ``namespace`` is set on the
+    returned templates when given.
+    """
+    out = copy.deepcopy(dict(pod_spec))
+    containers, problems = _analyse(pod_spec, config)
+    translation = Translation(pod_spec=out, problems=problems)
+    if not containers:
+        return translation
+    if existing_annotations and config.annotation in existing_annotations:
+        who = ", ".join(c.name for c in containers)
+        translation.problems.append(
+            f"pod already translated ({config.annotation} is set); GPU requests of {who} left unchanged"
+        )
+        return translation
+
+    claims, _ = _build_claims(containers, config, namespace)
+    existing = {str(rc.get("name")) for rc in _as_list(pod_spec.get("resourceClaims")) if isinstance(rc, Mapping)}
+    pod_problems = [
+        f"spec.resourceClaims already has an entry named {claim.name!r}; pod left unchanged"
+        for claim in claims
+        if claim.name in existing
+    ]
+    for claim in claims:
+        devices = sum(piece.size for _, piece in claim.requests)
+        if devices > MAX_DEVICES_PER_CLAIM or len(claim.requests) > MAX_REQUESTS_PER_CLAIM:
+            pod_problems.append(
+                f"claim {claim.name} would need {devices} devices in {len(claim.requests)} requests "
+                f"(a ResourceClaim holds at most {MAX_DEVICES_PER_CLAIM}); pod left unchanged"
+            )
+    if pod_problems:
+        translation.problems.extend(pod_problems)
+        return translation
+
+    by_position = {c.position: c for c in containers}
+    changes: list[tuple[int, str, str]] = []
+    templates: dict[str, dict[str, Any]] = {}
+    for claim in claims:
+        tpl_name = claim.template["metadata"]["name"]
+        templates.setdefault(tpl_name, claim.template)
+        claim_list = out.setdefault("resourceClaims", [])
+        claim_list.append({"name": claim.name, "resourceClaimTemplateName": tpl_name})
+        for position in claim.members:
+            c = by_position[position]
+            used = [name for name, piece in claim.requests if position in piece.users]
+            refs: list[dict[str, str]]
+            if len(claim.requests) == 1:
+                refs = [{"name": claim.name}]
+            else:
+                refs = [{"name": claim.name, "request": name} for name in used]
+            _rewrite_container(out[c.source][c.index], c.counts, refs)
+            for resource in sorted(c.counts):
+                names = [
+                    name for name, piece in claim.requests if piece.resource == resource and position in piece.users
+                ]
+                where = f"claim {claim.name}"
+                if len(claim.requests) > 1:
+                    where += (" request " if len(names) == 1 else " requests ") + ", ".join(names)
+                changes.append(
+                    (position, resource, f"{c.label}: {resource} {c.counts[resource]} -> {where} (template {tpl_name})")
+                )
+        for _, piece in claim.requests:
+            device_class = _resolved(config, piece.resource).device_class
+            translation.devices[device_class] = translation.devices.get(device_class, 0) + piece.size
+
+    record = {"containers": {c.name: dict(sorted(c.originals.items())) for c in containers}}
+    translation.annotations = {config.annotation: json.dumps(record, sort_keys=True)}
+    translation.templates = list(templates.values())
+    translation.changes = [line for _, _, line in sorted(changes)]
+    translation.changed = True
+    return translation
+
+
+def _rewrite_container(container: dict[str, Any], counts: Mapping[str, int], refs: list[dict[str, str]]) -> None:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        resources = {}
+        container["resources"] = resources
+    for key in ("limits", "requests"):
+        values = resources.get(key)
+        if isinstance(values, dict):
+            for resource in counts:
+                values.pop(resource, None)
+            if not values:
+                del resources[key]
+    claims = resources.get("claims")
+    if not isinstance(claims, list):
+        claims = []
+    resources["claims"] = claims + refs
+
+
+def translate_pod(
+    pod: Mapping[str, Any], *, namespace: str | None = None, config: TranslationConfig = DEFAULT_CONFIG
+) -> tuple[dict[str, Any], Translation]:
+    """Translate a whole Pod: the translated copy (annotations applied) and the translation.
+
+    The namespace is the pod's ``metadata.namespace``, else ``namespace`` (at admission the
+    object may not carry it yet). The input is never modified.
+    """
+    result = copy.deepcopy(dict(pod))
+    metadata = _as_dict(pod.get("metadata"))
+    ns = metadata.get("namespace") or namespace
+    annotations = _as_dict(metadata.get("annotations"))
+    translation = translate_pod_spec(
+        _as_dict(pod.get("spec")),
+        namespace=str(ns) if ns else None,
+        existing_annotations={str(k): str(v) for k, v in annotations.items()},
+        config=config,
+    )
+    if translation.changed:
+        result["spec"] = copy.deepcopy(translation.pod_spec)
+        meta = result.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
+            result["metadata"] = meta
+        current = meta.get("annotations")
+        meta["annotations"] = {**(current if isinstance(current, dict) else {}), **translation.annotations}
+    return result, translation
