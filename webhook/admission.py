@@ -15,7 +15,8 @@ from gpucluster.clusterstate import ClusterState
 from webhook.review import AdmissionRequest, Verdict, build_response, decode_review
 from webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
 from webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
-from webhook.settings import Settings
+from webhook.rules.pods import MATCH_CONDITION, mutate_pod_request
+from webhook.settings import TRANSLATE_LABEL, Settings
 
 log = logging.getLogger("gpucluster.webhook")
 
@@ -66,6 +67,15 @@ HOOKS: tuple[Hook, ...] = (
         "nvidiadrivers.mutate.gpucluster.nvidia.com", "mutate", "nvidia.com", "v1alpha1", "nvidiadrivers",
         "NVIDIADriver", ("CREATE", "UPDATE"), mutate_nvidiadriver_request, "Fail",
         "the validating webhook would refuse the object anyway; failing early says why",
+    ),
+    Hook(
+        "pods.mutate.gpucluster.nvidia.com", "mutate", "", "v1", "pods", "Pod", ("CREATE",),
+        mutate_pod_request, "Ignore",
+        "pod creation must never depend on this webhook: when it is down, legacy pods are stored "
+        "untranslated (and wait for nvidia.com/gpu capacity) instead of failing",
+        namespaced=True, timeout_seconds=5, side_effects="NoneOnDryRun", reinvocation="IfNeeded",
+        match_conditions=(("requests-nvidia-gpus", MATCH_CONDITION),),
+        object_selector={"matchExpressions": [{"key": TRANSLATE_LABEL, "operator": "NotIn", "values": ["false"]}]},
     ),
 )  # fmt: skip
 

@@ -23,7 +23,9 @@ from webhook.tls import ReloadingTLS
 
 # What the rules read: the GPU management models, DeviceClasses and slices for claim checks,
 # namespaces for opt-outs and the admin-access label.
-WEBHOOK_KINDS = ["Namespace", "ClusterPolicy", "GPUCluster", "NVIDIADriver", "DeviceClass", "ResourceSlice"]
+WEBHOOK_KINDS = [
+    "Namespace", "ClusterPolicy", "GPUCluster", "NVIDIADriver", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate",
+]  # fmt: skip
 
 
 def register(subparsers: Subparsers) -> None:

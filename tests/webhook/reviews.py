@@ -30,7 +30,8 @@ def review(
 ) -> dict[str, Any]:
     kind = kind or (obj or old or {})["kind"]
     group, version, resource = _RESOURCES[kind]
-    meta = (obj or old or {}).get("metadata", {})
+    meta = (obj or old or {}).get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": group, "version": version, "resource": resource}
     options_kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
