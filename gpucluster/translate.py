@@ -86,7 +86,6 @@ Ephemeral containers cannot have resources and are ignored.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -96,6 +95,8 @@ from fractions import Fraction
 from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, Literal
+
+from gpucluster.jsonutil import clone
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -163,7 +164,7 @@ class TranslationConfig:
         return None
 
     def watched(self, resource: str) -> bool:
-        return any(resource.startswith(prefix) for prefix in self.watched_prefixes)
+        return resource.startswith(self.watched_prefixes)
 
 
 DEFAULT_CONFIG = TranslationConfig(mapping=MappingProxyType({"nvidia.com/gpu": ResourceMapping("gpu.nvidia.com")}))
@@ -533,7 +534,7 @@ def translate_pod_spec(
     annotations, used to recognise a pod that was already translated. ``namespace`` is set on the
     returned templates when given.
     """
-    out = copy.deepcopy(dict(pod_spec))
+    out = clone(dict(pod_spec))
     containers, problems = _analyse(pod_spec, config)
     translation = Translation(pod_spec=out, problems=problems)
     if not containers:
@@ -628,7 +629,8 @@ def translate_pod(
     The namespace is the pod's ``metadata.namespace``, else ``namespace`` (at admission the
     object may not carry it yet). The input is never modified.
     """
-    result = copy.deepcopy(dict(pod))
+    # The spec comes back from translate_pod_spec as a fresh copy; the rest is small.
+    result = {key: clone(value) for key, value in pod.items() if key != "spec"}
     metadata = _as_dict(pod.get("metadata"))
     ns = metadata.get("namespace") or namespace
     annotations = _as_dict(metadata.get("annotations"))
@@ -638,8 +640,9 @@ def translate_pod(
         existing_annotations={str(k): str(v) for k, v in annotations.items()},
         config=config,
     )
+    if "spec" in pod:
+        result["spec"] = translation.pod_spec
     if translation.changed:
-        result["spec"] = copy.deepcopy(translation.pod_spec)
         meta = result.get("metadata")
         if not isinstance(meta, dict):
             meta = {}

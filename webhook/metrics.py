@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 
@@ -21,9 +23,23 @@ class WebhookMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=self.registry,
         )
+        self._reviews: dict[tuple[str, str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
         self.rejected = Counter(
             "gpucluster_webhook_rejected_requests",
             "HTTP requests refused before review (bad body, content type, size).",
             ["path", "code"],
             registry=self.registry,
         )
+
+    def observe(self, rule: str, operation: str, outcome: str, path: str, seconds: float) -> None:
+        """Count one review and its latency (label children cached: this runs on every review)."""
+        key = (rule, operation, outcome)
+        counter = self._reviews.get(key)
+        if counter is None:
+            counter = self._reviews[key] = self.reviews.labels(rule, operation, outcome)
+        histogram = self._latency.get(path)
+        if histogram is None:
+            histogram = self._latency[path] = self.latency.labels(path)
+        counter.inc()
+        histogram.observe(seconds)

@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import jsonpatch
+import orjson
+
+from gpucluster.jsonutil import diff
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -71,8 +73,8 @@ def _object(value: Any, where: str) -> dict[str, Any] | None:
 def decode_review(body: bytes | str) -> AdmissionRequest:
     """Decode an AdmissionReview; anything we cannot answer raises :class:`ReviewDecodeError`."""
     try:
-        review = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise ReviewDecodeError(f"body is not JSON: {exc}") from None
     if not isinstance(review, dict):
         raise ReviewDecodeError("body must be a JSON object (an AdmissionReview)")
@@ -121,6 +123,8 @@ class Verdict:
     message: str = ""
     warnings: list[str] = field(default_factory=list)
     patched: dict[str, Any] | None = None
+    # The diff of the received object and ``patched``, when the rule already has it (cached).
+    patch: list[dict[str, Any]] | None = None
     creates: list[dict[str, Any]] = field(default_factory=list)
     outcome: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
 
@@ -147,8 +151,7 @@ def compute_patch(original: dict[str, Any] | None, patched: dict[str, Any] | Non
     """RFC 6902 operations turning the received object into the mutated one."""
     if original is None or patched is None:
         return []
-    ops: list[dict[str, Any]] = jsonpatch.make_patch(original, patched).patch
-    return ops
+    return diff(original, patched)
 
 
 def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: bool) -> dict[str, Any]:
@@ -166,10 +169,10 @@ def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: boo
     if warnings:
         response["warnings"] = list(dict.fromkeys(warnings))
     if mutating and verdict.allowed:
-        ops = compute_patch(request.obj, verdict.patched)
+        ops = verdict.patch if verdict.patch is not None else compute_patch(request.obj, verdict.patched)
         if ops:
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
+            response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
     return {"apiVersion": request.review_api_version, "kind": KIND, "response": response}
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -82,6 +83,7 @@ async def _create_before_allowing(admission: Admission, creator: Creator | None)
         log.error("create failed uid=%s objects=%s error=%r", admission.request.uid, names, exc)
         verdict = admission.verdict
         verdict.patched = None
+        verdict.patch = None
         verdict.warnings = [short_warning(f"not translated: could not create {names}: {exc}")]
         verdict.outcome = "error"
         admission.response = build_response(admission.request, verdict, mutating=True)
@@ -113,15 +115,14 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         admission = await _create_before_allowing(admission, app[CREATOR_KEY])
         elapsed = time.perf_counter() - started
         outcome = admission.verdict.outcome or ("allowed" if admission.verdict.allowed else "denied")
-        metrics.reviews.labels(admission.rule, admission.request.operation, outcome).inc()
-        metrics.latency.labels(path).observe(elapsed)
+        metrics.observe(admission.rule, admission.request.operation, outcome, path, elapsed)
         if log.isEnabledFor(logging.DEBUG) or outcome in ("denied", "error"):
             req = admission.request
             log.info(
                 "review path=%s uid=%s kind=%s op=%s ns=%s name=%s outcome=%s ms=%.2f",
                 path, req.uid, req.kind, req.operation, req.namespace, req.name, outcome, elapsed * 1000,
             )  # fmt: skip
-        return web.json_response(admission.response)
+        return web.Response(body=orjson.dumps(admission.response), content_type="application/json")
 
     return handle
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import tempfile
 from pathlib import Path
@@ -91,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     tls.reload_if_changed()
     if not tls.loaded:
         raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
+    # Everything imported so far lives as long as the process: keep it out of the collector's
+    # way, so that collections triggered by per-review garbage stay cheap.
+    gc.collect()
+    gc.freeze()
     try:
         asyncio.run(_serve(args, tls, settings, static))
     except OSError as exc:

@@ -8,13 +8,18 @@ to the scheduler.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from gpucluster.clusterstate import ClusterState
-from gpucluster.translate import DEFAULT_CONFIG, TranslationConfig, translate_pod
+from gpucluster.jsonutil import diff
+from gpucluster.translate import DEFAULT_CONFIG, Translation, TranslationConfig, translate_pod_spec
 from webhook.review import AdmissionRequest, Verdict, short_warning
 from webhook.settings import TRANSLATE_LABEL, Settings
 
@@ -88,6 +93,43 @@ def existing_claim_classes(pod: Mapping[str, Any], namespace: str, cluster: Clus
     return classes
 
 
+class _TranslationCache:
+    """Translations of pod specs, keyed by content.
+
+    The pods of a Deployment, Job or StatefulSet share one spec, so at scale most reviews repeat a
+    translation already made. The key is the spec's exact JSON, the namespace (templates carry it),
+    the existing translated-from annotation and the config; values are shared and never modified.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = OrderedDict()
+
+    def get(
+        self, spec: Mapping[str, Any], namespace: str, marker: str | None, config: TranslationConfig, config_key: Any
+    ) -> tuple[Translation, list[dict[str, Any]]]:
+        key = (orjson.dumps(spec), namespace, marker, config_key)
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            return found
+        annotations = {config.annotation: marker} if marker is not None else None
+        translation = translate_pod_spec(spec, namespace=namespace, existing_annotations=annotations, config=config)
+        entry = (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
+        self._entries[key] = entry
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return entry
+
+
+_CACHE = _TranslationCache()
+
+
+@lru_cache(maxsize=64)
+def _native_config(native: frozenset[tuple[str, str]]) -> TranslationConfig:
+    return _config_without(WEBHOOK_CONFIG, dict(native))
+
+
 def _config_without(config: TranslationConfig, native: Mapping[str, str]) -> TranslationConfig:
     mapping = {k: v for k, v in config.mapping.items() if k not in native}
     mig_prefix = config.mig_prefix
@@ -133,11 +175,16 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     if _opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
     native = native_resources(cluster)
+    config_key: Any = None
     if settings.translation_mode in ("auto", "audit") and native:
-        config = _config_without(config, native)
+        config_key = frozenset(native.items())
+        config = _native_config(config_key)
         if all(config.resolve(r) is None for r in wanted):
             return Verdict.allow(outcome="skipped")  # the scheduler allocates these natively
-    mutated, translation = translate_pod(pod, namespace=namespace, config=config)
+    meta = _meta(pod)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    marker = annotations.get(config.annotation) if annotations else None
+    translation, spec_ops = _CACHE.get(pod["spec"], namespace, marker, config, config_key)
     warnings = [short_warning(f"not translated: {p}") for p in translation.problems]
     if not translation.changed:
         return Verdict.allow(*warnings, outcome="skipped")
@@ -156,7 +203,14 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     if settings.translation_mode == "audit":
         audit = [short_warning(f"audit: would translate {change}") for change in translation.changes]
         return Verdict.allow(*audit, *warnings)
-    return Verdict(patched=mutated, creates=translation.templates, warnings=warnings, outcome="mutated")
+    new_meta = {**meta, "annotations": {**(annotations or {}), **translation.annotations}}
+    patched = {**pod, "metadata": new_meta, "spec": translation.pod_spec}
+    ops = (diff(pod["metadata"], new_meta, "/metadata") if "metadata" in pod else [
+        {"op": "add", "path": "/metadata", "value": new_meta}
+    ]) + spec_ops  # fmt: skip
+    return Verdict(
+        patched=patched, patch=ops, creates=list(translation.templates), warnings=warnings, outcome="mutated"
+    )
 
 
 def _gpu_resource_names(pod: Mapping[str, Any], config: TranslationConfig) -> set[str]:
