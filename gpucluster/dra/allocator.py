@@ -1,0 +1,431 @@
+"""Can these ResourceClaims be allocated, on which node, and if not, why not.
+
+``explain(claims, cluster)`` runs the structured-parameters allocator of kube-scheduler
+(k8s.io/dynamic-resource-allocation/structured, Kubernetes 1.34 by default, 1.35 and 1.36 on
+request) over every node of ``cluster`` - a mixed list of ResourceSlice, DeviceClass, Node and
+ResourceClaim dicts - and explains, per node and request, which devices were considered and the
+first reason each rejected device could not be used. Pure: no I/O.
+
+Claims are allocated together on one node, like the claims of one pod. ResourceClaimTemplates are
+accepted in place of claims (their ``spec.spec``). ResourceClaims in ``cluster`` with
+``status.allocation`` hold their devices (except results with ``adminAccess: true``).
+
+Fatal problems - a CEL runtime error, an invalid pool reached in 1.34, asking for "All" devices of
+an incomplete pool, more than 32 devices in one claim - end in ``errors`` with kube-scheduler's
+message (for example ``claim default/x: selector #0: CEL runtime error: no such key: foo``) and
+make the answer unsatisfiable, because the scheduler aborts the pod's scheduling on them. Input
+the API server would reject raises :class:`AllocatorInputError`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucluster.dra import cel
+from gpucluster.dra.claims import (
+    ClaimSpec,
+    DeviceClassInfo,
+    SelectorCompiler,
+    parse_claim,
+    parse_device_class,
+)
+from gpucluster.dra.model import (
+    AllocatorInputError,
+    DeviceKey,
+    NodeInfo,
+    Semantics,
+    node_from_object,
+    object_ref,
+    prune_node_cache,
+)
+from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice, prune_cache
+from gpucluster.dra.search import DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
+
+__all__ = [
+    "AllocatedDevice",
+    "AllocatorInputError",
+    "Explanation",
+    "NodeResult",
+    "RequestReport",
+    "SelectorBackend",
+    "explain",
+]
+
+_TEXT_DEVICE_LINES = 10  # per request and node in to_text(); to_json() has all of them
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorBackend:
+    """The CEL implementation: :mod:`gpucluster.dra.cel` unless a test injects another."""
+
+    compile: SelectorCompiler
+    views: Callable[[Mapping[str, Any]], Sequence[Any]]
+    compile_error: type[Exception]
+    runtime_error: type[Exception]
+
+
+def _device_views(raw: Mapping[str, Any]) -> list[cel.DeviceView]:
+    # One view per spec.devices entry. Not cel.slice_views: its cache is keyed by name and
+    # resourceVersion, which files without resourceVersion share; the allocator already caches
+    # its parsed slices (and their views) per slice object.
+    spec = raw.get("spec") or {}
+    driver = str(spec.get("driver") or "")
+    return [cel.device_view(driver, d) for d in spec.get("devices") or []]
+
+
+def default_backend() -> SelectorBackend:
+    return SelectorBackend(
+        compile=cel.compile_selector,
+        views=_device_views,
+        compile_error=cel.CelCompileError,
+        runtime_error=cel.CelRuntimeError,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str  # "gpu" or "gpu/subrequest", as in status.allocation.devices.results[].request
+    driver: str
+    pool: str
+    device: str
+    claim: str = ""  # namespace/name of the claim the device is for
+
+    def to_json(self) -> dict[str, str]:
+        return {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+
+
+@dataclass(slots=True)
+class NodeResult:
+    node: str
+    satisfiable: bool
+    allocation: list[AllocatedDevice]
+    reasons: list[str]
+    requests: list[RequestReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # node-level lines of ``reasons`` (pools, errors)
+    error: str = ""  # a fatal error met on this node
+    steps: int = 0  # search steps (upstream: numAllocateOneInvocations)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "satisfiable": self.satisfiable,
+            "allocation": [a.to_json() for a in self.allocation],
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(slots=True)
+class Explanation:
+    satisfiable: bool
+    nodes: list[NodeResult]
+    errors: list[str]
+    kubernetes_version: str = "1.34"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "satisfiable": self.satisfiable,
+            "nodes": [n.to_json() for n in self.nodes],
+            "errors": list(self.errors),
+        }
+
+    def to_text(self) -> str:
+        fits = [n for n in self.nodes if n.satisfiable]
+        lines = []
+        if self.satisfiable:
+            lines.append(
+                f"satisfiable on {len(fits)} of {len(self.nodes)} node(s) (Kubernetes {self.kubernetes_version})"
+            )
+        else:
+            lines.append(
+                f"not satisfiable: {len(fits)} of {len(self.nodes)} node(s) fit (Kubernetes {self.kubernetes_version})"
+            )
+        for error in self.errors:
+            lines.append(f"error: {error}")
+        multi = len({r.claim for n in self.nodes for r in n.requests}) > 1
+        for n in self.nodes:
+            if n.satisfiable:
+                groups: dict[tuple[str, str, str], list[str]] = {}
+                for a in n.allocation:
+                    label = _request_label(a.claim, a.request, multi)
+                    groups.setdefault((label, a.driver, a.pool), []).append(a.device)
+                picks = "; ".join(
+                    f"{label} -> {', '.join(devices)} ({driver}/{pool})"
+                    for (label, driver, pool), devices in groups.items()
+                )
+                lines.append(f"{n.node}: fits: {picks}" if picks else f"{n.node}: fits")
+            else:
+                lines.append(f"{n.node}: does not fit")
+            for note in n.notes:
+                lines.append(f"  {note}")
+            for report in n.requests:
+                lines.append(f"  {_summary(report, multi, text=True)}")
+                if n.satisfiable:
+                    continue
+                for device, reason in report.rejections[:_TEXT_DEVICE_LINES]:
+                    lines.append(f"    {device}: {reason}")
+                extra = len(report.rejections) - _TEXT_DEVICE_LINES
+                if extra > 0:
+                    lines.append(f"    ... and {extra} more (see -o json)")
+        return "\n".join(lines) + "\n"
+
+
+def _request_label(claim: str, request: str, multi: bool) -> str:
+    return f"claim {claim}, request {request}" if multi else f"request {request}"
+
+
+def _category(reason: str) -> str:
+    if reason.startswith("in use by "):
+        return "in use"
+    if reason.startswith("chosen for request "):
+        return "chosen for another request"
+    return reason.split(" (", 1)[0]
+
+
+def _summary(report: RequestReport, multi: bool, *, text: bool = False) -> str:
+    need = f"all {report.count} matching" if report.mode == "All" else str(report.count)
+    line = (
+        f"{_request_label(report.claim, report.request, multi)}: "
+        f"{report.usable}/{report.considered} devices usable, need {need}"
+    )
+    if report.chosen is not None:
+        line += ", chosen" if report.chosen else ", not chosen"
+    counts = Counter(_category(reason) for _, reason in report.rejections)
+    if counts:
+        expressions = dict(report.selectors)
+        parts = []
+        for category, n in counts.most_common():
+            part = f"{n} {category}"
+            expr = expressions.get(category.removesuffix(" false"))
+            if text and expr is not None:
+                part += f" ({_shorten(expr)})"
+            parts.append(part)
+        line += "; " + ", ".join(parts)
+    return line
+
+
+def _shorten(expression: str, limit: int = 80) -> str:
+    flat = " ".join(expression.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _kind(obj: Any, index: int, what: str) -> str:
+    if not isinstance(obj, Mapping):
+        raise AllocatorInputError(f"{what} #{index}: expected a Kubernetes object, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    return kind if isinstance(kind, str) else ""
+
+
+def _claim_key(obj: Mapping[str, Any]) -> str:
+    return object_ref(obj)
+
+
+def _in_use(allocated: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[DeviceKey, str]:
+    """Devices held by allocated claims (admin-access results do not hold their device)."""
+    held: dict[DeviceKey, str] = {}
+    for claim in allocated:
+        ref = _claim_key(claim)
+        if ref in skip:
+            continue
+        status = claim.get("status")
+        allocation = status.get("allocation") if isinstance(status, Mapping) else None
+        devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+        results = devices.get("results") if isinstance(devices, Mapping) else None
+        if not isinstance(results, list):
+            continue
+        for i, result in enumerate(results):
+            if not isinstance(result, Mapping):
+                raise AllocatorInputError(
+                    f"ResourceClaim {ref}: status.allocation.devices.results[{i}]: must be an object"
+                )
+            if result.get("adminAccess") is True:
+                continue
+            key = (result.get("driver"), result.get("pool"), result.get("device"))
+            if not all(isinstance(k, str) and k for k in key):
+                raise AllocatorInputError(
+                    f"ResourceClaim {ref}: status.allocation.devices.results[{i}]: driver, pool and device are required"
+                )
+            held.setdefault((str(key[0]), str(key[1]), str(key[2])), ref)
+    return held
+
+
+def _pool_notes(pools: Sequence[Pool], semantics: Semantics) -> list[str]:
+    notes = []
+    for pool in pools:
+        if pool.invalid:
+            if semantics.skip_unusable_pools:
+                notes.append(f"pool {pool.id}: invalid ({pool.invalid}), not used")
+            else:
+                notes.append(f"pool {pool.id}: invalid ({pool.invalid}); the search aborts when it reaches it")
+        elif pool.incomplete:
+            if semantics.skip_unusable_pools:
+                notes.append(
+                    f"pool {pool.id}: incomplete ({pool.seen_slices} of {pool.expected_slices} slices), not used"
+                )
+            else:
+                notes.append(
+                    f"pool {pool.id}: incomplete ({pool.seen_slices} of {pool.expected_slices} slices), used "
+                    "anyway except for allocationMode All (Kubernetes 1.34)"
+                )
+    return notes
+
+
+def _split_cluster(
+    cluster: Sequence[Any], semantics: Semantics
+) -> tuple[list[tuple[int, Slice]], dict[str, Mapping[str, Any]], dict[str, NodeInfo], list[Mapping[str, Any]]]:
+    slices: list[tuple[int, Slice]] = []
+    class_objects: dict[str, Mapping[str, Any]] = {}
+    node_infos: dict[str, NodeInfo] = {}
+    allocated: list[Mapping[str, Any]] = []
+    for index, obj in enumerate(cluster):
+        kind = _kind(obj, index, "cluster object")
+        if kind == "ResourceSlice":
+            parsed = parse_slice(obj, index)
+            check_slice_for_version(parsed, semantics)
+            slices.append((index, parsed))
+        elif kind == "DeviceClass":
+            class_objects[object_ref(obj, default_namespace=None)] = obj
+        elif kind == "Node":
+            info = node_from_object(obj, index)
+            node_infos.setdefault(info.name, info)
+        elif kind == "ResourceClaim":
+            allocated.append(obj)
+    return slices, class_objects, node_infos, allocated
+
+
+def explain(
+    claims: list[dict[str, Any]],
+    cluster: list[dict[str, Any]],
+    *,
+    node: str | None = None,
+    kubernetes_version: str = "1.34",
+    selectors: SelectorBackend | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> Explanation:
+    """Decide, node by node, whether ``claims`` can be allocated together, and explain why.
+
+    ``selectors`` replaces the CEL implementation (tests); ``max_steps`` bounds the backtracking
+    search per node like the scheduler's filter timeout.
+    """
+    try:
+        semantics = Semantics.for_version(kubernetes_version)
+    except AllocatorInputError as exc:
+        raise AllocatorInputError(str(exc), "") from None
+    backend = selectors or default_backend()
+
+    try:
+        slices, class_objects, node_infos, allocated = _split_cluster(cluster, semantics)
+    except AllocatorInputError as exc:
+        raise AllocatorInputError(str(exc), "cluster") from None
+    prune_cache(s.raw for _, s in slices)
+    prune_node_cache(o for o in cluster if isinstance(o, Mapping) and o.get("kind") == "Node")
+
+    if not claims:
+        raise AllocatorInputError("no ResourceClaim or ResourceClaimTemplate to explain", "claims")
+    specs: list[ClaimSpec] = []
+    for index, obj in enumerate(claims):
+        try:
+            _kind(obj, index, "claim")
+            specs.append(parse_claim(obj, index, backend.compile, backend.compile_error))
+        except AllocatorInputError as exc:
+            raise AllocatorInputError(str(exc), "claims") from None
+
+    # kube-scheduler's PreFilter: every class must exist, or the pod is unschedulable everywhere.
+    classes: dict[str, DeviceClassInfo] = {}
+    errors: list[str] = []
+    for claim in specs:
+        for group in claim.requests:
+            for spec in group.alternatives:
+                if spec.class_name in classes:
+                    continue
+                raw = class_objects.get(spec.class_name)
+                if raw is None:
+                    message = f"request {spec.full_name}: device class {spec.class_name} does not exist"
+                    if message not in errors:
+                        errors.append(message)
+                    continue
+                try:
+                    classes[spec.class_name] = parse_device_class(raw, backend.compile, backend.compile_error)
+                except AllocatorInputError as exc:
+                    raise AllocatorInputError(str(exc), "cluster") from None
+
+    # Nodes: the Node objects, then nodes that only slices name.
+    for _, s in slices:
+        for name in (s.node_name, *(d.node_name for d in s.devices if s.per_device)):
+            if name and name not in node_infos:
+                node_infos[name] = NodeInfo(name=name, labels={}, synthetic=True)
+    targets = list(node_infos.values())
+    if node is not None:
+        if node not in node_infos:
+            raise AllocatorInputError(f"node {node!r} not found: no Node object or ResourceSlice names it")
+        targets = [node_infos[node]]
+
+    if errors:
+        return Explanation(False, [], errors, kubernetes_version)
+    if not targets:
+        return Explanation(
+            False,
+            [],
+            ["no nodes: the cluster has no Node objects and no ResourceSlice names a node"],
+            kubernetes_version,
+        )
+
+    # Index the slices once: per node, shared (no nodeName or, 1.35+, counter sets), per pool.
+    by_node: dict[str, list[tuple[int, Slice]]] = {}
+    shared: list[tuple[int, Slice]] = []
+    by_pool: dict[tuple[str, str], list[Slice]] = {}
+    for order, s in slices:
+        by_pool.setdefault(s.pool_id, []).append(s)
+        if s.node_name and not (semantics.pool_counters and s.shared_counters):
+            by_node.setdefault(s.node_name, []).append((order, s))
+        else:
+            shared.append((order, s))
+
+    ctx = ExplainContext(
+        claims=specs,
+        classes=classes,
+        semantics=semantics,
+        in_use=_in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}),
+        views=backend.views,
+        runtime_error=backend.runtime_error,
+        max_steps=max_steps,
+    )
+    results: list[NodeResult] = []
+    fatal: list[str] = []
+    multi = len(specs) > 1
+    for info in targets:
+        own = by_node.get(info.name, [])
+        candidates = [s for _, s in sorted(own + shared, key=lambda p: p[0])] if shared else [s for _, s in own]
+        pools = gather_pools(candidates, info, semantics, by_pool)
+        outcome = NodeSearch(ctx, info, pools, _pool_notes(pools, semantics)).run()
+        if outcome.fatal and outcome.fatal not in fatal:
+            fatal.append(outcome.fatal)
+        allocation = [
+            AllocatedDevice(request, driver, pool, device, claim=specs[ci].ref)
+            for ci, chosen in enumerate(outcome.allocation)
+            for request, driver, pool, device in chosen
+        ]
+        reasons = list(outcome.reasons)
+        for report in outcome.requests:
+            reasons.append(_summary(report, multi))
+            label = _request_label(report.claim, report.request, multi)
+            reasons.extend(f"{label}: {device}: {reason}" for device, reason in report.rejections)
+        results.append(
+            NodeResult(
+                node=info.name,
+                satisfiable=outcome.satisfiable,
+                allocation=allocation,
+                reasons=reasons,
+                requests=outcome.requests,
+                notes=list(outcome.reasons),
+                error=outcome.fatal,
+                steps=outcome.steps,
+            )
+        )
+    satisfiable = not fatal and any(r.satisfiable for r in results)
+    return Explanation(satisfiable, results, fatal, kubernetes_version)

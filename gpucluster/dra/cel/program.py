@@ -1,0 +1,113 @@
+"""``compile_selector``: parse, type-check, estimate the cost of, and compile a DRA selector."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from gpucluster.dra.cel import types as t
+from gpucluster.dra.cel.checker import check
+from gpucluster.dra.cel.codegen import Generator
+from gpucluster.dra.cel.cost import COST_LIMIT, estimate_cost, is_unbounded
+from gpucluster.dra.cel.errors import CelCompileError, CelRuntimeError
+from gpucluster.dra.cel.parser import parse
+from gpucluster.dra.cel.values import type_name
+from gpucluster.dra.cel.view import DeviceView
+
+# resourceapi.CELSelectorExpressionMaxLength
+MAX_EXPRESSION_LENGTH: Final = 10 * 1024
+
+
+class Program:
+    """A compiled selector; ``evaluate(view)`` is the selector's verdict for one device.
+
+    ``reads`` lists what the expression may read from ``device``: ``("attributes", domain,
+    name)`` and ``("capacity", domain, name)`` for constant lookups, ``("attributes", domain)``
+    / ``("capacity", domain)`` for a whole domain, ``("attributes",)`` / ``("capacity",)``,
+    ``("driver",)``, ``("allowMultipleAllocations",)`` and ``("device",)`` (the whole device).
+    Two devices that agree on everything in ``reads`` get the same result.
+    """
+
+    __slots__ = ("_fn", "consumable_capacity", "expression", "max_cost", "reads", "source")
+
+    def __init__(
+        self,
+        expression: str,
+        fn: Callable[[Any], Any],
+        reads: frozenset[tuple[str, ...]],
+        max_cost: float,
+        source: str,
+        consumable_capacity: bool,
+    ) -> None:
+        self.expression = expression
+        self._fn = fn
+        self.reads = reads
+        self.max_cost = max_cost
+        self.source = source
+        self.consumable_capacity = consumable_capacity
+
+    def __repr__(self) -> str:
+        return f"Program({self.expression!r})"
+
+    def evaluate(self, device: DeviceView) -> bool:
+        """True when the device matches; CelRuntimeError when evaluation fails."""
+        try:
+            result = self._fn(device)
+        except CelRuntimeError:
+            raise
+        except RecursionError:
+            raise CelRuntimeError("evaluation recursion limit exceeded") from None
+        except Exception as exc:  # a defect here must not take the caller down
+            raise CelRuntimeError(f"internal error evaluating CEL expression: {exc!r}") from exc
+        if result is True or result is False:
+            return result
+        name = type_name(result)
+        raise CelRuntimeError(
+            f"CEL result of type {name} could not be converted to bool: must evaluate to bool, not {name}"
+        )
+
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(expression: str, consumable_capacity: bool) -> Program:
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(
+            expression,
+            1,
+            1,
+            f"expression too long: may not be more than {MAX_EXPRESSION_LENGTH} bytes (was {len(expression)})",
+        )
+    root = parse(expression)
+    try:
+        out_type = check(expression, root, consumable_capacity)
+    except RecursionError:
+        raise CelCompileError(expression, 1, 1, "expression recursion limit exceeded") from None
+    if out_type != t.BOOL and out_type != t.ANY:
+        raise CelCompileError(expression, 1, 1, f"must evaluate to bool or the unknown type, not {out_type}")
+    cost = estimate_cost(root)
+    if is_unbounded(cost) or cost > COST_LIMIT:
+        raise CelCompileError(
+            expression,
+            1,
+            1,
+            "too complex, exceeds cost limit"
+            + ("" if is_unbounded(cost) else f" (estimated cost {int(cost)}, limit {COST_LIMIT})"),
+        )
+    gen = Generator(expression)
+    with _lock:
+        fn = gen.compile(root)
+    return Program(expression, fn, frozenset(gen.reads), cost, gen.source, consumable_capacity)
+
+
+def compile_selector(expression: str, *, consumable_capacity: bool = False) -> Program:
+    """Compile a DRA CEL selector (cached by expression text and flag).
+
+    ``consumable_capacity`` declares ``device.allowMultipleAllocations`` (the
+    DRAConsumableCapacity feature); without it, referring to that field is a compile error.
+    Raises CelCompileError with the line and column of the problem.
+    """
+    return _compile(expression, consumable_capacity)

@@ -1,0 +1,254 @@
+"""The ``device`` variable of a DRA selector: one device of a ResourceSlice seen from CEL.
+
+Like ``DeviceMatches`` in ``dynamic-resource-allocation/cel/compile.go``: attributes and
+capacities are grouped by domain (an unqualified name belongs to the driver's domain, a
+qualified one is split at the first ``/``), looking up an unknown domain yields an empty map,
+and version attributes are semantic versions, capacities Quantities.
+
+Views are cheap to build: they keep the ResourceSlice's own dicts and convert an attribute only
+when an expression reads it (parsed Semver and Quantity values are shared through caches), so
+the per-domain maps are only materialised for expressions that need whole maps. Kubernetes
+converts every attribute before evaluating and fails on an unparsable version even when the
+expression does not read it; here only a read fails (the API server rejects such slices anyway).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gpucluster.dra.cel.errors import CelRuntimeError
+from gpucluster.dra.cel.library import _QUANTITY_CACHE as _QUANTITIES
+from gpucluster.dra.cel.library import _SEMVER_STRICT as _SEMVERS
+from gpucluster.dra.cel.library import parse_quantity, parse_semver
+from gpucluster.dra.quantity import Quantity, QuantityError
+from gpucluster.dra.semver import SemverError
+
+
+class DomainMap(dict[str, dict[str, Any]]):
+    """``device.attributes`` / ``device.capacity``: an unknown domain reads as an empty map.
+
+    As in Kubernetes (whose wrapper only overrides ``Find``), ``in`` and ``size()`` see the
+    domains that exist, while indexing, field selection and ``has()`` see every domain.
+    """
+
+    __slots__ = ()
+
+
+EMPTY_MAP: Final[dict[str, Any]] = {}
+
+
+def _split(name: str, driver: str) -> tuple[str, str]:
+    sep = name.find("/")
+    if sep < 0:
+        return driver, name
+    return name[:sep], name[sep + 1 :]
+
+
+def convert_attribute(name: str, attr: Any) -> Any:
+    """The CEL value of one ``DeviceAttribute`` (``{"int"|"bool"|"string"|"version": v}``)."""
+    if type(attr) is dict and len(attr) == 1:
+        value = attr.get("string")
+        if value.__class__ is str:
+            return value
+        value = attr.get("version")
+        if value.__class__ is str:
+            cached = _SEMVERS.get(value)
+            if cached is not None:
+                return cached
+    if isinstance(attr, Mapping):
+        for key, value in attr.items():
+            if value is None:
+                continue
+            if key == "string" and type(value) is str:
+                return value
+            if key == "int" and type(value) is int:
+                return value
+            if key == "bool" and type(value) is bool:
+                return value
+            if key == "version" and type(value) is str:
+                try:
+                    return parse_semver(value)
+                except SemverError as exc:
+                    raise CelRuntimeError(f"attribute {name}: parse semantic version: {exc}") from None
+    raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
+
+
+def convert_capacity(name: str, cap: Any) -> Quantity:
+    if type(cap) is dict:
+        value = cap.get("value")
+        cached = _QUANTITIES.get(value) if value.__class__ is str else None
+        if cached is not None:
+            return cached
+    value = cap.get("value") if isinstance(cap, Mapping) else cap
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value)
+        except QuantityError as exc:
+            raise CelRuntimeError(f"capacity {name}: {exc}") from None
+    raise CelRuntimeError(f"capacity {name}: unsupported capacity value")
+
+
+class DeviceView:
+    """The CEL value of ``device`` for one device (see the module docstring)."""
+
+    __slots__ = ("_attrs", "_caps", "_device", "_multi", "_raw_attrs", "_raw_caps", "driver")
+
+    cel_type_name: Final = "kubernetes.DRADevice"
+
+    def __init__(self, driver: str, device: Mapping[str, Any], allow_multiple_allocations: bool | None = None) -> None:
+        self.driver = driver
+        self._device = device
+        self._raw_attrs: Mapping[str, Any] = device.get("attributes") or EMPTY_MAP
+        self._raw_caps: Mapping[str, Any] = device.get("capacity") or EMPTY_MAP
+        self._multi = allow_multiple_allocations
+        self._attrs: DomainMap | None = None
+        self._caps: DomainMap | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self._device.get("name", ""))
+
+    @property
+    def allow_multiple_allocations(self) -> bool:
+        """``device.allowMultipleAllocations`` (false when unset)."""
+        if self._multi is None:
+            return self._device.get("allowMultipleAllocations") is True
+        return self._multi
+
+    def __repr__(self) -> str:
+        return f"DeviceView(driver={self.driver!r}, name={self.name!r})"
+
+    # -- whole maps ------------------------------------------------------------------------
+    @property
+    def attributes(self) -> DomainMap:
+        m = self._attrs
+        if m is None:
+            m = DomainMap()
+            for qualified, attr in self._raw_attrs.items():
+                domain, ident = _split(qualified, self.driver)
+                m.setdefault(domain, {})[ident] = convert_attribute(qualified, attr)
+            self._attrs = m
+        return m
+
+    @property
+    def capacity(self) -> DomainMap:
+        m = self._caps
+        if m is None:
+            m = DomainMap()
+            for qualified, cap in self._raw_caps.items():
+                domain, ident = _split(qualified, self.driver)
+                m.setdefault(domain, {})[ident] = convert_capacity(qualified, cap)
+            self._caps = m
+        return m
+
+    # -- single values (what compiled selectors use for constant domain and name) ----------
+    def _raw(self, raw: Mapping[str, Any], domain: str, ident: str) -> Any:
+        if domain == self.driver:
+            found = raw.get(ident)
+            if found is not None:
+                return found
+        return raw.get(domain + "/" + ident)
+
+    def attr_value(self, domain: str, ident: str) -> Any:
+        """``device.attributes[domain][ident]``, or the error ``no such key: ident``."""
+        raw = self._raw_attrs
+        attr = raw.get(ident) if domain == self.driver else None
+        if attr is None:
+            attr = raw.get(domain + "/" + ident)
+            if attr is None:
+                raise CelRuntimeError(f"no such key: {ident}")
+        if attr.__class__ is dict:
+            value = attr.get("string")
+            if value.__class__ is str:
+                return value
+            value = attr.get("version")
+            if value.__class__ is str:
+                cached = _SEMVERS.get(value)
+                if cached is not None:
+                    return cached
+        return convert_attribute(ident if domain == self.driver else f"{domain}/{ident}", attr)
+
+    def has_attr(self, domain: str, ident: str) -> bool:
+        return self._raw(self._raw_attrs, domain, ident) is not None
+
+    def cap_value(self, domain: str, ident: str) -> Quantity:
+        """``device.capacity[domain][ident]``, or the error ``no such key: ident``."""
+        raw = self._raw_caps
+        cap = raw.get(ident) if domain == self.driver else None
+        if cap is None:
+            cap = raw.get(domain + "/" + ident)
+            if cap is None:
+                raise CelRuntimeError(f"no such key: {ident}")
+        if cap.__class__ is dict:
+            value = cap.get("value")
+            cached = _QUANTITIES.get(value) if value.__class__ is str else None
+            if cached is not None:
+                return cached
+        return convert_capacity(ident if domain == self.driver else f"{domain}/{ident}", cap)
+
+    def has_cap(self, domain: str, ident: str) -> bool:
+        return self._raw(self._raw_caps, domain, ident) is not None
+
+    def field(self, name: str) -> Any:
+        if name == "driver":
+            return self.driver
+        if name == "attributes":
+            return self.attributes
+        if name == "capacity":
+            return self.capacity
+        if name == "allowMultipleAllocations":
+            return self.allow_multiple_allocations
+        raise CelRuntimeError(f"no such field '{name}'")
+
+
+def device_view(
+    driver: str, device: Mapping[str, Any], *, allow_multiple_allocations: bool | None = None
+) -> DeviceView:
+    """The view of one entry of a ResourceSlice's ``spec.devices`` (resource.k8s.io/v1)."""
+    return DeviceView(driver, device, allow_multiple_allocations)
+
+
+_SLICE_CACHE: OrderedDict[tuple[Any, ...], list[DeviceView]] = OrderedDict()
+_SLICE_CACHE_SIZE: Final = 8192
+
+
+def slice_views(resource_slice: Mapping[str, Any]) -> list[DeviceView]:
+    """Views of every device of a ResourceSlice, cached by identity and version of the slice.
+
+    The cache key is (uid or name, resourceVersion, generation, spec.pool.generation, driver,
+    number of devices), so a second call for an unchanged slice returns the same list.
+    """
+    metadata = resource_slice.get("metadata") or {}
+    spec = resource_slice.get("spec") or {}
+    devices = spec.get("devices") or []
+    pool = spec.get("pool") or {}
+    key = (
+        metadata.get("uid") or metadata.get("name"),
+        metadata.get("resourceVersion"),
+        metadata.get("generation"),
+        pool.get("name"),
+        pool.get("generation"),
+        spec.get("driver"),
+        len(devices),
+    )
+    cacheable = key[0] is not None
+    if cacheable:
+        cached = _SLICE_CACHE.get(key)
+        if cached is not None:
+            _SLICE_CACHE.move_to_end(key)
+            return cached
+    driver = str(spec.get("driver") or "")
+    views = [DeviceView(driver, device) for device in devices]
+    if cacheable:
+        _SLICE_CACHE[key] = views
+        if len(_SLICE_CACHE) > _SLICE_CACHE_SIZE:
+            _SLICE_CACHE.popitem(last=False)
+    return views
+
+
+def clear_slice_cache() -> None:
+    _SLICE_CACHE.clear()

@@ -1,0 +1,269 @@
+"""Shared pieces of the structured allocator: input errors, version semantics, quantities, nodes.
+
+Pure functions of plain data. The allocator itself lives in :mod:`gpucluster.dra.allocator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from gpucluster.dra.quantity import Quantity, QuantityError
+
+# resourceapi.AllocationResultsMaxSize (k8s.io/api/resource/v1).
+ALLOCATION_RESULTS_MAX_SIZE = 32
+
+SUPPORTED_VERSIONS = ("1.34", "1.35", "1.36")
+
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device): what Kubernetes calls a DeviceID."""
+
+
+class AllocatorInputError(ValueError):
+    """Input the API server would have rejected: the message names the object and the field path.
+
+    ``source`` says which input it came from: ``"claims"``, ``"cluster"`` or ``""`` (an argument).
+    """
+
+    def __init__(self, message: str, source: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+
+
+@dataclass(frozen=True, slots=True)
+class Semantics:
+    """What differs between the Kubernetes releases the allocator emulates.
+
+    Each flag names the upstream behaviour (k8s.io/dynamic-resource-allocation/structured); the
+    allocator variant is the one kube-scheduler picks with the DRA features this project relies
+    on (admin access, prioritized list, device taints, partitionable devices): "incubating" in
+    1.34 and 1.35; in 1.36 DRAConsumableCapacity and DRADeviceBindingConditions are beta and on by
+    default, so the scheduler again uses "incubating", the 1.36 one.
+    """
+
+    version: str
+    # 1.35+: incomplete and invalid pools are skipped when searching ExactCount devices, and a
+    # node where allocation failed while some pool was invalid reports "invalid resource pools
+    # were encountered". 1.34 allocates from incomplete pools and aborts on reaching an invalid
+    # pool ("pool X is invalid: ...").
+    skip_unusable_pools: bool
+    # 1.35+: counter sets live in their own slices and are shared by the whole pool; a slice may
+    # have devices or sharedCounters, not both. 1.34: counters are per ResourceSlice.
+    pool_counters: bool
+    # 1.35+: only the NoSchedule and NoExecute effects prevent allocation ("None" and unknown
+    # effects are ignored). 1.34 requires every taint to be tolerated.
+    only_known_taint_effects: bool
+    # 1.36: pools are searched sorted by (driver, pool) and slices sorted by name, pools with
+    # binding conditions last. Before: the order in which the informer lists them (we use
+    # the input order).
+    sorted_order: bool
+    # 1.36: within one request, devices are tried as combinations (the next device comes after
+    # the previous one), not permutations.
+    combinations: bool
+    # 1.36: DRADeviceBindingConditions is on by default, devices with bindingConditions can be
+    # allocated. Before, such devices are never selected.
+    binding_conditions: bool
+
+    @staticmethod
+    def for_version(version: str) -> Semantics:
+        if version not in SUPPORTED_VERSIONS:
+            raise AllocatorInputError(
+                f"kubernetes version {version!r} is not supported (one of {', '.join(SUPPORTED_VERSIONS)})"
+            )
+        minor = int(version.split(".")[1])
+        return Semantics(
+            version=version,
+            skip_unusable_pools=minor >= 35,
+            pool_counters=minor >= 35,
+            only_known_taint_effects=minor >= 35,
+            sorted_order=minor >= 36,
+            combinations=minor >= 36,
+            binding_conditions=minor >= 36,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities (k8s.io/apimachinery resource.Quantity), exact, for counters.
+
+
+def parse_quantity(value: Any, where: str) -> Fraction:
+    """The exact value of a Kubernetes quantity string (or JSON number), as ``ParseQuantity`` reads it."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise AllocatorInputError(f"{where}: quantity must be a string or a number, not {value!r}")
+    text = value if isinstance(value, str) else str(value)
+    try:
+        return Quantity.parse(text).value
+    except QuantityError as exc:
+        raise AllocatorInputError(f"{where}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes and NodeSelectors (k8s.io/component-helpers/scheduling/corev1/nodeaffinity).
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    synthetic: bool = False  # named by a ResourceSlice, no Node object given
+
+
+@dataclass(frozen=True, slots=True)
+class _Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def matches_label(self, labels: Mapping[str, str]) -> bool:
+        op = self.operator
+        if op == "In":
+            return self.key in labels and labels[self.key] in self.values
+        if op == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if op == "Exists":
+            return self.key in labels
+        if op == "DoesNotExist":
+            return self.key not in labels
+        # Gt / Lt: the label must exist and parse as an integer.
+        raw = labels.get(self.key)
+        if raw is None:
+            return False
+        try:
+            have = int(raw)
+        except ValueError:
+            return False
+        want = int(self.values[0])
+        return have > want if op == "Gt" else have < want
+
+    def matches_field(self, node: NodeInfo) -> bool:
+        # Only metadata.name is supported, with In / NotIn and exactly one value.
+        if self.operator == "In":
+            return node.name in self.values
+        return node.name not in self.values
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelector:
+    """A parsed v1.NodeSelector: terms are ORed, requirements within a term ANDed."""
+
+    terms: tuple[tuple[tuple[_Requirement, ...], tuple[_Requirement, ...]], ...]
+
+    def matches(self, node: NodeInfo) -> bool:
+        for expressions, fields in self.terms:
+            if not expressions and not fields:
+                continue  # an empty term matches nothing
+            if all(r.matches_label(node.labels) for r in expressions) and all(r.matches_field(node) for r in fields):
+                return True
+        return False
+
+
+_LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _parse_requirement(raw: Any, where: str, field: bool) -> _Requirement:
+    if not isinstance(raw, Mapping):
+        raise AllocatorInputError(f"{where}: must be an object")
+    key = raw.get("key")
+    operator = raw.get("operator")
+    values = raw.get("values") or []
+    if not isinstance(key, str) or not key:
+        raise AllocatorInputError(f"{where}.key: required")
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise AllocatorInputError(f"{where}.values: must be a list of strings")
+    if field:
+        if key != "metadata.name":
+            raise AllocatorInputError(f"{where}.key: only metadata.name is supported in matchFields, not {key!r}")
+        if operator not in ("In", "NotIn"):
+            raise AllocatorInputError(f"{where}.operator: must be In or NotIn for matchFields, not {operator!r}")
+        if len(values) != 1:
+            raise AllocatorInputError(f"{where}.values: must have exactly one value for matchFields")
+    else:
+        if operator not in _LABEL_OPERATORS:
+            raise AllocatorInputError(
+                f"{where}.operator: unsupported operator {operator!r} (one of {', '.join(_LABEL_OPERATORS)})"
+            )
+        if operator in ("In", "NotIn") and not values:
+            raise AllocatorInputError(f"{where}.values: must be non-empty for {operator}")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise AllocatorInputError(f"{where}.values: must be empty for {operator}")
+        if operator in ("Gt", "Lt"):
+            if len(values) != 1:
+                raise AllocatorInputError(f"{where}.values: must have exactly one value for {operator}")
+            try:
+                int(values[0])
+            except ValueError:
+                raise AllocatorInputError(f"{where}.values[0]: must be an integer for {operator}") from None
+    assert isinstance(operator, str)
+    return _Requirement(key, operator, tuple(values))
+
+
+def parse_node_selector(raw: Any, where: str) -> NodeSelector:
+    if not isinstance(raw, Mapping):
+        raise AllocatorInputError(f"{where}: must be an object")
+    terms_raw = raw.get("nodeSelectorTerms")
+    if not isinstance(terms_raw, list):
+        raise AllocatorInputError(f"{where}.nodeSelectorTerms: required list")
+    terms = []
+    for t_index, term in enumerate(terms_raw):
+        t_where = f"{where}.nodeSelectorTerms[{t_index}]"
+        if not isinstance(term, Mapping):
+            raise AllocatorInputError(f"{t_where}: must be an object")
+        exprs = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not isinstance(exprs, list) or not isinstance(fields, list):
+            raise AllocatorInputError(f"{t_where}: matchExpressions and matchFields must be lists")
+        terms.append(
+            (
+                tuple(
+                    _parse_requirement(r, f"{t_where}.matchExpressions[{i}]", field=False) for i, r in enumerate(exprs)
+                ),
+                tuple(_parse_requirement(r, f"{t_where}.matchFields[{i}]", field=True) for i, r in enumerate(fields)),
+            )
+        )
+    return NodeSelector(tuple(terms))
+
+
+_NODE_CACHE: dict[int, tuple[Mapping[str, Any], Any, NodeInfo]] = {}
+
+
+def node_from_object(obj: Mapping[str, Any], index: int) -> NodeInfo:
+    """A Node's name and labels (cached per object, like slices)."""
+    meta = obj.get("metadata")
+    hit = _NODE_CACHE.get(id(obj))
+    if hit is not None and hit[0] is obj and isinstance(meta, Mapping) and hit[1] is meta.get("labels"):
+        return hit[2]
+    info = _parse_node(obj, index)
+    _NODE_CACHE[id(obj)] = (obj, meta.get("labels") if isinstance(meta, Mapping) else None, info)
+    return info
+
+
+def prune_node_cache(keep: Iterable[Mapping[str, Any]]) -> None:
+    """Forget parsed Nodes other than ``keep`` once the cache outgrows them (bounded memory)."""
+    ids = {id(obj) for obj in keep}
+    if len(_NODE_CACHE) > 2 * len(ids) + 1024:
+        for key in [k for k in _NODE_CACHE if k not in ids]:
+            del _NODE_CACHE[key]
+
+
+def _parse_node(obj: Mapping[str, Any], index: int) -> NodeInfo:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        raise AllocatorInputError(f"Node #{index}: metadata.name: required")
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise AllocatorInputError(f"Node {meta['name']}: metadata.labels: must map strings to strings")
+    return NodeInfo(name=meta["name"], labels=dict(labels))
+
+
+def object_ref(obj: Mapping[str, Any], default_namespace: str | None = "default") -> str:
+    """``namespace/name`` as klog.KObj prints it (cluster-scoped objects: ``name``)."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        name = "<unnamed>"
+    if not isinstance(namespace, str) or not namespace:
+        namespace = default_namespace
+    return f"{namespace}/{name}" if namespace else name

@@ -1,0 +1,777 @@
+"""The per-node search of the structured allocator, instrumented to explain itself.
+
+Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/structured
+(``internal/incubating/allocator_incubating.go`` of 1.34, 1.35 and 1.36):
+
+- claims are allocated one after the other, each request after the other, one device after the
+  other, trying every eligible device in pool/slice/device order and backtracking on failure
+  (first solution wins; 1.36 tries combinations instead of permutations within a request);
+- ``firstAvailable`` tries subrequests in order; a subrequest that would exceed the 32-results
+  limit of a claim makes the search try the next one;
+- ``allocationMode: All`` fixes the devices up front; one of them in use, tainted or out of
+  counters means no solution, one violating a claim constraint is an error;
+- a device in use (allocated to another claim, or being allocated for this pod) is skipped
+  before selectors are evaluated; requests with ``adminAccess`` ignore other claims' use;
+- selectors: the class ones first, then the request ones; a CEL runtime error aborts;
+- partitionable devices consume shared counters (per slice in 1.34, per pool from 1.35);
+- taints must be tolerated (1.35+: only NoSchedule/NoExecute matter);
+- ``matchAttribute`` / ``distinctAttribute`` constraints, scoped by ``requests``.
+
+Besides the answer, every considered device gets the first reason it cannot be used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from gpucluster.dra.claims import ClaimSpec, ConstraintSpec, DeviceClassInfo, RequestSpec, Selector
+from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInfo, Semantics
+from gpucluster.dra.pools import Device, Pool, Slice
+
+_KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+DEFAULT_MAX_STEPS = 1_000_000
+"""Search steps before a node is given up, like the scheduler's filter timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class CelFailure:
+    """A CEL runtime error: ``reason`` for the device, ``message`` as kube-scheduler reports it."""
+
+    reason: str
+    message: str
+
+
+StaticResult = str | CelFailure | None
+
+
+class FatalError(Exception):
+    """An error that makes kube-scheduler abort scheduling the pod (not only this node)."""
+
+
+class _MaxSizeExceeded(Exception):
+    pass
+
+
+class _StepsExceeded(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class ExplainContext:
+    """What every node shares during one explanation."""
+
+    claims: Sequence[ClaimSpec]
+    classes: Mapping[str, DeviceClassInfo]
+    semantics: Semantics
+    in_use: Mapping[DeviceKey, str]  # device -> claim holding it
+    views: Callable[[Mapping[str, Any]], Sequence[Any]]
+    runtime_error: type[Exception]
+    max_steps: int = DEFAULT_MAX_STEPS
+    # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
+    selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestReport:
+    claim: str
+    request: str  # gpu or gpu/sub
+    mode: str
+    count: int  # wanted (All: the number of matching devices)
+    considered: int
+    usable: int
+    rejections: list[tuple[str, str]]  # (driver/pool/device, first reason)
+    selectors: tuple[tuple[str, str], ...]  # (label, expression) to explain "selector #i false"
+    chosen: bool | None = None  # subrequests: whether this alternative was used
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    node: str
+    satisfiable: bool
+    allocation: list[list[tuple[str, str, str, str]]]  # per claim: (request, driver, pool, device)
+    reasons: list[str]
+    requests: list[RequestReport]
+    fatal: str = ""
+    steps: int = 0  # like numAllocateOneInvocations of the upstream allocator
+
+
+# ---------------------------------------------------------------------------------------------
+# Constraints
+
+
+def _attribute_value(raw: Any) -> tuple[str, Any] | None:
+    """A comparable attribute value; None for an unknown value type."""
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if raw.get(kind) is not None:
+            return (kind, raw[kind])
+    return None
+
+
+_MISSING = object()
+
+
+def lookup_attribute(device: Device, name: str) -> Any:
+    """The raw attribute for a fully qualified name (``lookupAttribute``); _MISSING if absent."""
+    attrs = device.attributes
+    if name in attrs:
+        return attrs[name]
+    domain, _, ident = name.partition("/")
+    if domain == device.key[0] and ident in attrs:
+        return attrs[ident]
+    return _MISSING
+
+
+def _show(value: tuple[str, Any] | None) -> str:
+    return "?" if value is None else repr(value[1]) if value[0] == "string" else str(value[1])
+
+
+class _Constraint:
+    __slots__ = ("label", "spec")
+
+    def __init__(self, spec: ConstraintSpec) -> None:
+        self.spec = spec
+        self.label = f"constraint {spec.kind} {spec.attribute}"
+
+    def add(self, device: Device) -> str:
+        raise NotImplementedError
+
+    def remove(self, device: Device) -> None:
+        raise NotImplementedError
+
+
+class _MatchAttribute(_Constraint):
+    """All devices share the value (``matchAttributeConstraint``)."""
+
+    __slots__ = ("count", "value")
+
+    def __init__(self, spec: ConstraintSpec) -> None:
+        super().__init__(spec)
+        self.count = 0
+        self.value: tuple[str, Any] | None = None
+
+    def add(self, device: Device) -> str:
+        raw = lookup_attribute(device, self.spec.attribute)
+        if raw is _MISSING:
+            return f"{self.label} (attribute not set)"
+        value = _attribute_value(raw)
+        if self.count == 0:
+            self.value = value
+        elif value is None or value != self.value:
+            return f"{self.label} ({_show(value)} differs from {_show(self.value)} of the devices already chosen)"
+        self.count += 1
+        return ""
+
+    def remove(self, device: Device) -> None:
+        self.count -= 1
+
+
+class _DistinctAttribute(_Constraint):
+    """All devices have different values (``distinctAttributeConstraint``)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, spec: ConstraintSpec) -> None:
+        super().__init__(spec)
+        self.values: dict[tuple[str, Any], int] = {}
+
+    def add(self, device: Device) -> str:
+        raw = lookup_attribute(device, self.spec.attribute)
+        if raw is _MISSING:
+            return f"{self.label} (attribute not set)"
+        value = _attribute_value(raw)
+        if value is None:
+            return f"{self.label} (unknown attribute type)"
+        if self.values.get(value):
+            return f"{self.label} ({_show(value)} already chosen)"
+        self.values[value] = self.values.get(value, 0) + 1
+        return ""
+
+    def remove(self, device: Device) -> None:
+        value = _attribute_value(lookup_attribute(device, self.spec.attribute))
+        if value is not None:
+            self.values[value] -= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One device in search order (or, in 1.34, the place where an invalid pool is reached)."""
+
+    index: int
+    pool: Pool
+    slice: Slice | None
+    device: Device | None
+    id: str
+
+
+@dataclass(slots=True, eq=False)
+class _Req:
+    claim_index: int
+    request_index: int
+    sub_index: int
+    spec: RequestSpec
+    cls: DeviceClassInfo
+    uid: int
+    is_sub: bool
+    constraints: list[_Constraint]  # the claim's constraints that apply to this request
+    static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
+    num_devices: int = 0
+    all_devices: list[_Entry] = field(default_factory=list)
+
+
+class NodeSearch:
+    """Allocate the claims of one pod on one node, and explain the outcome."""
+
+    def __init__(self, ctx: ExplainContext, node: NodeInfo, pools: list[Pool], notes: list[str]) -> None:
+        self.ctx = ctx
+        self.sem = ctx.semantics
+        self.node = node
+        self.pools = pools
+        self.notes = notes
+        entries: list[_Entry] = []
+        skip_unusable = self.sem.skip_unusable_pools
+        for pool in pools:
+            if pool.incomplete or pool.invalid:
+                if skip_unusable:
+                    continue
+                if pool.invalid:
+                    entries.append(_Entry(len(entries), pool, None, None, pool.id))
+                    continue
+            for s in pool.slices:
+                for d in s.devices:
+                    entries.append(_Entry(len(entries), pool, s, d, d.ident))
+        self.entries = entries
+        self.reqs: list[_Req] = []
+        self.groups: list[list[list[_Req]]] = []  # claim -> request -> alternatives
+        self.constraints: list[list[_Constraint]] = []
+        self.results: list[list[tuple[_Req, _Entry]]] = []
+        self.steps = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        """Search state; the search runs a second time, recording, when it fails."""
+        self.allocating: dict[DeviceKey, set[int]] = {}
+        self.holder: dict[DeviceKey, _Req] = {}
+        self.selected: dict[tuple[int, int], int] = {}
+        self.consumed: dict[object, dict[tuple[str, str], Fraction]] = {}
+        self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
+        self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
+        self.record = False
+        self.results = [[] for _ in self.ctx.claims]
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _build_requests(self) -> None:
+        for ci, claim in enumerate(self.ctx.claims):
+            constraints: list[_Constraint] = [
+                _MatchAttribute(c) if c.kind == "matchAttribute" else _DistinctAttribute(c) for c in claim.constraints
+            ]
+            self.constraints.append(constraints)
+            claim_groups: list[list[_Req]] = []
+            for ri, group in enumerate(claim.requests):
+                alternatives = []
+                for si, spec in enumerate(group.alternatives):
+                    req = _Req(
+                        claim_index=ci,
+                        request_index=ri,
+                        sub_index=si,
+                        spec=spec,
+                        cls=self.ctx.classes[spec.class_name],
+                        uid=_request_uid(ci, ri, si),
+                        is_sub=group.exactly is None,
+                        constraints=[c for c in constraints if c.spec.applies_to(spec)],
+                    )
+                    self.reqs.append(req)
+                    alternatives.append(req)
+                claim_groups.append(alternatives)
+            self.groups.append(claim_groups)
+
+    # -- selectors and static reasons ------------------------------------------------------------
+
+    def _selectors(self, req: _Req, s: Slice, d: Device) -> StaticResult:
+        """Binding conditions, class selectors, request selectors (``isSelectable``), cached."""
+        key = (req.uid, d)
+        cache = self.ctx.selector_cache
+        if key in cache:
+            return cache[key]
+        result: StaticResult = None
+        if d.has_binding_conditions and not self.sem.binding_conditions:
+            result = "binding conditions not supported (DRADeviceBindingConditions is off)"
+        else:
+            views = s.views
+            if views is None:
+                views = s.views = list(self.ctx.views(s.raw))
+            view = views[d.index]
+            result = self._run(req.cls.selectors, view, req, cls=True)
+            if result is None and req.spec.selectors:
+                result = self._run(req.spec.selectors, view, req, cls=False)
+        cache[key] = result
+        return result
+
+    def _run(self, selectors: Sequence[Selector], view: Any, req: _Req, *, cls: bool) -> StaticResult:
+        for sel in selectors:
+            try:
+                ok = sel.program.evaluate(view)
+            except self.ctx.runtime_error as exc:
+                if cls:
+                    return CelFailure(
+                        f"class selector #{sel.index} CEL error: {exc}",
+                        f"class {req.cls.name}: selector #{sel.index}: CEL runtime error: {exc}",
+                    )
+                return CelFailure(
+                    f"selector #{sel.index} CEL error: {exc}",
+                    f"claim {self.ctx.claims[req.claim_index].ref}: selector #{sel.index}: CEL runtime error: {exc}",
+                )
+            if ok is not True:
+                return f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
+        return None
+
+    def _taint_reason(self, req: _Req, d: Device) -> str:
+        for taint in d.taints:
+            if self.sem.only_known_taint_effects and taint.effect not in _KNOWN_TAINT_EFFECTS:
+                continue
+            if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in req.spec.tolerations):
+                return f"taint {taint} not tolerated"
+        return ""
+
+    def _constraint_reason(self, req: _Req, d: Device) -> str:
+        for c in req.constraints:
+            raw = lookup_attribute(d, c.spec.attribute)
+            if raw is _MISSING:
+                return f"{c.label} (attribute not set)"
+            if isinstance(c, _DistinctAttribute) and _attribute_value(raw) is None:
+                return f"{c.label} (unknown attribute type)"
+        return ""
+
+    def _static(self, req: _Req, entry: _Entry, all_mode: bool) -> StaticResult:
+        """The first reason a device can never serve ``req`` on this node, whatever else is chosen.
+
+        The order is the allocator's: in use (for ExactCount), binding conditions, class
+        selectors, request selectors, per-device node selection, then (allocateDevice) in use
+        (for All), counters, taints, constraints.
+        """
+        d, s = entry.device, entry.slice
+        if d is None or s is None:
+            return f"pool invalid: {entry.pool.invalid}"
+        in_use = self.ctx.in_use
+        check_use = not req.spec.admin_access and d.key in in_use
+        if check_use and not all_mode:
+            return f"in use by {in_use[d.key]}"
+        result = self._selectors(req, s, d)
+        if result is not None:
+            return result
+        if s.per_device and not d.available_on(self.node):
+            return "not available on this node (perDeviceNodeSelection)"
+        if check_use:
+            return f"in use by {in_use[d.key]}"
+        if not d.plain:
+            reason = self._counters_alone(entry) if d.consumes else ""
+            reason = reason or self._taint_reason(req, d)
+            if reason:
+                return reason
+        if req.constraints:
+            return self._constraint_reason(req, d) or None
+        return None
+
+    # -- counters ------------------------------------------------------------------------------
+
+    def _scope(self, entry: _Entry) -> object:
+        # 1.34: counters belong to the slice; 1.35+: to the pool.
+        return entry.pool if self.sem.pool_counters else entry.slice
+
+    def _available(self, entry: _Entry) -> dict[tuple[str, str], Fraction]:
+        scope = self._scope(entry)
+        have = self.available.get(scope)
+        if have is not None:
+            return have
+        if self.sem.pool_counters:
+            sets = entry.pool.counter_sets
+            slices = [*entry.pool.slices, *entry.pool.other_slices]
+        else:
+            assert entry.slice is not None
+            sets = entry.slice.shared_counters
+            slices = [entry.slice]
+        have = {(set_name, c): v for set_name, counters in sets.items() for c, v in counters.items()}
+        in_use = self.ctx.in_use
+        for s in slices:
+            for d in s.devices:
+                if d.key not in in_use:
+                    continue
+                for set_name, counters in d.consumes:
+                    for c, v in counters:
+                        if (set_name, c) in have:
+                            have[(set_name, c)] -= v
+        self.available[scope] = have
+        return have
+
+    def _counters_alone(self, entry: _Entry) -> str:
+        assert entry.device is not None
+        have = self._available(entry)
+        want: dict[tuple[str, str], Fraction] = {}
+        for set_name, counters in entry.device.consumes:
+            for c, v in counters:
+                want[(set_name, c)] = want.get((set_name, c), Fraction(0)) + v
+        for key, available in have.items():
+            if available < want.get(key, 0):
+                return f"counter {key[0]}/{key[1]} exhausted"
+        return ""
+
+    def _take_counters(self, entry: _Entry) -> str:
+        """Reserve the device's counters; on failure nothing stays reserved."""
+        assert entry.device is not None
+        have = self._available(entry)
+        scope = self._scope(entry)
+        used = self.consumed.setdefault(scope, {})
+        for set_name, counters in entry.device.consumes:
+            for c, v in counters:
+                used[(set_name, c)] = used.get((set_name, c), Fraction(0)) + v
+        for key, available in have.items():
+            if available < used.get(key, 0):
+                self._release_counters(entry)
+                return f"counter {key[0]}/{key[1]} exhausted together with the devices already chosen"
+        return ""
+
+    def _release_counters(self, entry: _Entry) -> None:
+        assert entry.device is not None
+        used = self.consumed[self._scope(entry)]
+        for set_name, counters in entry.device.consumes:
+            for c, v in counters:
+                used[(set_name, c)] -= v
+
+    # -- allocation of one device ------------------------------------------------------------------
+
+    def _note(self, req: _Req, entry: _Entry, reason: str) -> None:
+        key = (req.uid, entry.index)
+        if key not in self.dynamic:
+            self.dynamic[key] = reason
+
+    def _note_in_use(self, req: _Req, entry: _Entry) -> None:
+        assert entry.device is not None
+        holder = self.holder.get(entry.device.key)
+        if holder is not None and holder is not req:
+            self._note(req, entry, f"chosen for request {holder.spec.full_name}")
+
+    def _allocate_device(self, req: _Req, entry: _Entry, must: bool) -> bool:
+        """``allocateDevice``: availability, counters, taints, constraints; records the device.
+
+        ``must`` is for allocationMode All, where the devices were not filtered by
+        :meth:`_static` and a violated constraint is an error.
+        """
+        d = entry.device
+        assert d is not None
+        ci = req.claim_index
+        if must:
+            claims = self.allocating.get(d.key)
+            if req.spec.admin_access:
+                busy = claims is not None and ci in claims
+            else:
+                busy = bool(claims) or d.key in self.ctx.in_use
+            if busy:
+                if self.record:
+                    self._note_in_use(req, entry)
+                return False
+        if d.consumes:
+            reason = self._take_counters(entry)
+            if reason:
+                if self.record:
+                    self._note(req, entry, reason)
+                return False
+        if must and d.taints:
+            reason = self._taint_reason(req, d)
+            if reason:
+                if d.consumes:
+                    self._release_counters(entry)
+                return False
+        constraints = req.constraints
+        for i, c in enumerate(constraints):
+            reason = c.add(d)
+            if reason:
+                for prev in constraints[:i]:
+                    prev.remove(d)
+                if d.consumes:
+                    self._release_counters(entry)
+                if must:
+                    claim = self.ctx.claims[ci]
+                    raise FatalError(
+                        f"claim {claim.ref}, request {req.spec.name}: cannot add device {entry.id} "
+                        "because a claim constraint would not be satisfied"
+                    )
+                if self.record:
+                    self._note(req, entry, reason)
+                return False
+        claims = self.allocating.get(d.key)
+        if claims is None:
+            self.allocating[d.key] = {ci}
+        else:
+            claims.add(ci)
+        if self.record:
+            self.holder[d.key] = req
+        self.results[ci].append((req, entry))
+        return True
+
+    def _deallocate(self, req: _Req, entry: _Entry) -> None:
+        d = entry.device
+        assert d is not None
+        for c in req.constraints:
+            c.remove(d)
+        self.allocating[d.key].discard(req.claim_index)
+        if self.record and self.holder.get(d.key) is req:
+            del self.holder[d.key]
+        if d.consumes:
+            self._release_counters(entry)
+        self.results[req.claim_index].pop()
+
+    # -- the recursion ---------------------------------------------------------------------------
+
+    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> bool:
+        """``allocateOne``: find a device for slot ``di`` of request ``ri`` (subrequest ``si``)."""
+        self.steps += 1
+        if self.steps > self.ctx.max_steps:
+            raise _StepsExceeded
+        if ci >= len(self.groups):
+            return True
+        if ri >= len(self.groups[ci]):
+            try:
+                return self._allocate_one(ci + 1, 0, 0, 0, False, 0)
+            except _MaxSizeExceeded:
+                # Another subrequest choice in an earlier claim may need fewer devices.
+                return False
+        alternatives = self.groups[ci][ri]
+        req = alternatives[si]
+        if req.is_sub and not in_sub:
+            all_exceeded = True
+            for sub_index in range(len(alternatives)):
+                try:
+                    done = self._allocate_one(ci, ri, sub_index, di, True, 0)
+                except _MaxSizeExceeded:
+                    continue
+                all_exceeded = False
+                if done:
+                    self.selected[(ci, ri)] = sub_index
+                    return True
+            if all_exceeded:
+                raise _MaxSizeExceeded
+            return False
+
+        all_mode = req.spec.mode == "All"
+        if all_mode and not req.all_devices:
+            return False
+        if di >= req.num_devices:
+            return self._allocate_one(ci, ri + 1, 0, 0, False, 0)
+        if len(self.results[ci]) + req.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
+            raise _MaxSizeExceeded
+
+        if all_mode:
+            entry = req.all_devices[di]
+            if not self._allocate_device(req, entry, must=True):
+                return False
+            try:
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, 0)
+            except BaseException:
+                self._deallocate(req, entry)
+                raise
+            if not done:
+                self._deallocate(req, entry)
+            return done
+
+        entries = self.entries
+        static = req.static
+        allocating = self.allocating
+        admin = req.spec.admin_access
+        combinations = self.sem.combinations
+        for index in range(start, len(entries)):
+            entry = entries[index]
+            d = entry.device
+            if d is None:
+                # 1.34: reaching an invalid pool aborts.
+                raise FatalError(f"pool {entry.pool.name} is invalid: {entry.pool.invalid}")
+            # In use? Devices of other claims are "in use" in ``static`` already.
+            claims = allocating.get(d.key)
+            if claims and (not admin or ci in claims):
+                if self.record:
+                    self._note_in_use(req, entry)
+                continue
+            result = static[index]
+            if result is not None:
+                if type(result) is CelFailure:
+                    raise FatalError(result.message)
+                continue
+            if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
+                continue
+            if d.plain and not req.constraints:
+                # Nothing to check: record it (the fast path of _allocate_device).
+                if claims is None:
+                    allocating[d.key] = {ci}
+                else:
+                    claims.add(ci)
+                if self.record:
+                    self.holder[d.key] = req
+                self.results[ci].append((req, entry))
+            try:
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index + 1 if combinations else 0)
+            except BaseException:
+                self._deallocate(req, entry)
+                raise
+            if done:
+                return True
+            self._deallocate(req, entry)
+        return False
+
+    # -- driver ------------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """``Allocate`` before the search: requests, "All" devices, the 32-results limit."""
+        # Explanations first: they never raise, CEL errors are kept for when the search meets them.
+        for req in self.reqs:
+            all_mode = req.spec.mode == "All"
+            req.static = [self._static(req, e, all_mode) for e in self.entries]
+        for ci, claim in enumerate(self.ctx.claims):
+            minimum = 0
+            for alternatives in self.groups[ci]:
+                fewest: int | None = None
+                for req in alternatives:
+                    if req.spec.mode == "All":
+                        self._prepare_all(claim, req)
+                    else:
+                        req.num_devices = req.spec.count
+                    fewest = req.num_devices if fewest is None else min(fewest, req.num_devices)
+                minimum += fewest or 0
+            if minimum > ALLOCATION_RESULTS_MAX_SIZE:
+                raise FatalError(
+                    f"claim {claim.ref}: number of requested devices {minimum} exceeds the claim limit "
+                    f"of {ALLOCATION_RESULTS_MAX_SIZE}"
+                )
+
+    def _prepare_all(self, claim: ClaimSpec, req: _Req) -> None:
+        for pool in self.pools:
+            if pool.incomplete:
+                raise FatalError(
+                    f"claim {claim.ref}, request {req.spec.name}: asks for all devices, but resource pool "
+                    f"{pool.id} is currently being updated"
+                )
+            if pool.invalid:
+                raise FatalError(
+                    f"claim {claim.ref}, request {req.spec.name}: asks for all devices, but resource pool "
+                    f"{pool.id} is currently invalid"
+                )
+        members = []
+        for entry in self.entries:
+            assert entry.device is not None and entry.slice is not None
+            result = self._selectors(req, entry.slice, entry.device)
+            if isinstance(result, CelFailure):
+                raise FatalError(result.message)
+            if result is not None:
+                continue
+            if entry.slice.per_device and not entry.device.available_on(self.node):
+                continue
+            members.append(entry)
+        req.all_devices = members
+        req.num_devices = len(members)
+
+    def _search(self) -> bool:
+        try:
+            return self._allocate_one(0, 0, 0, 0, False, 0)
+        except _MaxSizeExceeded:
+            return False
+
+    def _replay(self) -> None:
+        """Search once more, noting why devices were passed over (only when the search failed)."""
+        steps = self.steps
+        self._reset()
+        self.record = True
+        self.steps = 0
+        with contextlib.suppress(_StepsExceeded):
+            self._search()
+        self.steps = steps
+
+    def run(self) -> NodeOutcome:
+        self._build_requests()
+        fatal = ""
+        done = False
+        reasons = list(self.notes)
+        try:
+            self._prepare()
+            done = self._search()
+            if not done:
+                self._replay()
+        except FatalError as exc:
+            fatal = str(exc)
+        except _StepsExceeded:
+            reasons.append(f"timed out trying to allocate devices (search stopped after {self.ctx.max_steps} steps)")
+        if fatal:
+            reasons.append(fatal)
+        elif not done and self.sem.skip_unusable_pools and any(p.invalid for p in self.pools):
+            reasons.append("invalid resource pools were encountered")
+        if not self.entries and not fatal and not done:
+            reasons.append("no devices are published for this node")
+        satisfied = done and not fatal
+        allocation: list[list[tuple[str, str, str, str]]] = []
+        if satisfied:
+            for chosen in self.results:
+                allocation.append([(req.spec.full_name, *entry.device.key) for req, entry in chosen if entry.device])
+        return NodeOutcome(
+            node=self.node.name,
+            satisfiable=satisfied,
+            allocation=allocation,
+            reasons=reasons,
+            requests=self._reports(satisfied),
+            fatal=fatal,
+            steps=self.steps,
+        )
+
+    def _reports(self, satisfied: bool) -> list[RequestReport]:
+        reports = []
+        entries = self.entries
+        for req in self.reqs:
+            spec = req.spec
+            rejections: list[tuple[str, str]] = []
+            usable = 0
+            considered = 0
+            statics = req.static or [None] * len(entries)
+            for entry, result in zip(entries, statics, strict=True):
+                if entry.device is None:
+                    rejections.append((entry.id, f"pool invalid: {entry.pool.invalid}"))
+                    continue
+                considered += 1
+                if result is None:
+                    usable += 1
+                    if not satisfied and self.dynamic:
+                        dynamic = self.dynamic.get((req.uid, entry.index))
+                        if dynamic:
+                            rejections.append((entry.id, dynamic))
+                    continue
+                rejections.append((entry.id, result.reason if isinstance(result, CelFailure) else result))
+            chosen: bool | None = None
+            if req.is_sub:
+                chosen = satisfied and self.selected.get((req.claim_index, req.request_index)) == req.sub_index
+            reports.append(
+                RequestReport(
+                    claim=self.ctx.claims[req.claim_index].ref,
+                    request=spec.full_name,
+                    mode=spec.mode,
+                    count=req.num_devices if spec.mode == "All" else spec.count,
+                    considered=considered,
+                    usable=usable,
+                    rejections=rejections,
+                    selectors=tuple((f"class selector #{s.index}", s.expression) for s in req.cls.selectors)
+                    + tuple((f"selector #{s.index}", s.expression) for s in spec.selectors),
+                    chosen=chosen,
+                )
+            )
+        return reports
+
+
+def _request_uid(ci: int, ri: int, si: int) -> int:
+    # Unique per (claim, request, subrequest) within one explanation; requests and subrequests
+    # are bounded by the API (32 each), claims are not.
+    return (ci * 64 + ri) * 64 + si

@@ -1,0 +1,97 @@
+"""``gpucluster explain``: files in, exit code and output out (gpucluster.commands.explain)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucluster.commands import explain as explain_command
+from gpucluster.dra import simulate
+from gpucluster.errors import InputError
+from tests import test_allocator as t
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucluster")
+    explain_command.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _run(*argv: str) -> int:
+    args = _parser().parse_args(["explain", *argv])
+    code: int = args.func(args)
+    return code
+
+
+def _write(path: Path, objects: list[dict[str, Any]]) -> str:
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[str, str]:
+    cluster = [*simulate.node_slices("node-a", "H100", 8), simulate.node_object("node-a"), t.device_class()]
+    claim = t.claim(t.exact(count=2))
+    return _write(tmp_path / "claim.yaml", [claim]), _write(tmp_path / "cluster.yaml", cluster)
+
+
+def test_satisfiable_exits_0_with_json(files: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    claim, cluster = files
+    assert _run("--claim", claim, "--cluster", cluster, "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["satisfiable"] is True
+    assert out["nodes"][0]["allocation"][0] == {
+        "request": "gpu",
+        "driver": "gpu.nvidia.com",
+        "pool": "node-a",
+        "device": "gpu-0",
+    }
+
+
+def test_unsatisfiable_exits_1_with_text(
+    tmp_path: Path, files: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, cluster = files
+    claim = _write(tmp_path / "big.yaml", [t.claim(t.exact(count=9))])
+    assert _run("--claim", claim, "--cluster", cluster, "--kubernetes-version", "1.36") == 1
+    text = capsys.readouterr().out
+    assert text.startswith("not satisfiable: 0 of 1 node(s) fit (Kubernetes 1.36)")
+    assert "node-a: does not fit" in text
+
+
+def test_missing_class_exits_1(tmp_path: Path, files: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    _, cluster = files
+    claim = _write(tmp_path / "c.yaml", [t.claim(t.exact(cls="foo"))])
+    assert _run("--claim", claim, "--cluster", cluster) == 1
+    assert "error: request gpu: device class foo does not exist" in capsys.readouterr().out
+
+
+def test_bad_input_names_the_file(tmp_path: Path, files: tuple[str, str]) -> None:
+    claim, cluster = files
+    bad_claim = _write(tmp_path / "bad.yaml", [t.claim(t.exact(count=0))])
+    with pytest.raises(
+        InputError, match=r"bad\.yaml: ResourceClaim default/c: spec\.devices\.requests\[0\]\.exactly\.count"
+    ):
+        _run("--claim", bad_claim, "--cluster", cluster)
+    bad_cluster = _write(tmp_path / "slices.yaml", [{"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {}}])
+    with pytest.raises(InputError, match=r"slices\.yaml: ResourceSlice s: spec\.driver: required"):
+        _run("--claim", claim, "--cluster", bad_cluster)
+    no_claims = _write(tmp_path / "none.yaml", [t.node("n")])
+    with pytest.raises(InputError, match=r"none\.yaml: no ResourceClaim or ResourceClaimTemplate found"):
+        _run("--claim", no_claims, "--cluster", cluster)
+    with pytest.raises(InputError, match="node 'nope' not found"):
+        _run("--claim", claim, "--cluster", cluster, "--node", "nope")
+    with pytest.raises(InputError, match="no such file"):
+        _run("--claim", str(tmp_path / "missing.yaml"), "--cluster", cluster)
+
+
+def test_usage_errors_exit_2(files: tuple[str, str]) -> None:
+    claim, cluster = files
+    with pytest.raises(SystemExit) as info:
+        _run("--claim", claim, "--cluster", cluster, "--kubernetes-version", "1.33")
+    assert info.value.code == 2
