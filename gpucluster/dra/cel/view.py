@@ -212,7 +212,7 @@ def device_view(
     return DeviceView(driver, device, allow_multiple_allocations)
 
 
-_SLICE_CACHE: OrderedDict[tuple[Any, ...], list[DeviceView]] = OrderedDict()
+_SLICE_CACHE: OrderedDict[tuple[Any, ...], tuple[Any, list[DeviceView]]] = OrderedDict()
 _SLICE_CACHE_SIZE: Final = 8192
 
 
@@ -238,13 +238,15 @@ def slice_views(resource_slice: Mapping[str, Any]) -> list[DeviceView]:
     cacheable = key[0] is not None
     if cacheable:
         cached = _SLICE_CACHE.get(key)
-        if cached is not None:
+        # Views point into the slice's own dicts, so they are reused only for the very same
+        # device list: objects from files often carry no resourceVersion and reuse names.
+        if cached is not None and cached[0] is devices:
             _SLICE_CACHE.move_to_end(key)
-            return cached
+            return cached[1]
     driver = str(spec.get("driver") or "")
     views = [DeviceView(driver, device) for device in devices]
     if cacheable:
-        _SLICE_CACHE[key] = views
+        _SLICE_CACHE[key] = (devices, views)
         if len(_SLICE_CACHE) > _SLICE_CACHE_SIZE:
             _SLICE_CACHE.popitem(last=False)
     return views
