@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from gpucluster.clusterstate import ClusterState
 from webhook.review import AdmissionRequest, Verdict, build_response, decode_review
+from webhook.rules.claims import validate_claim_request
 from webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
 from webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
 from webhook.rules.pods import MATCH_CONDITION, mutate_pod_request
@@ -67,6 +68,17 @@ HOOKS: tuple[Hook, ...] = (
         "nvidiadrivers.mutate.gpucluster.nvidia.com", "mutate", "nvidia.com", "v1alpha1", "nvidiadrivers",
         "NVIDIADriver", ("CREATE", "UPDATE"), mutate_nvidiadriver_request, "Fail",
         "the validating webhook would refuse the object anyway; failing early says why",
+    ),
+    Hook(
+        "resourceclaims.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1", "resourceclaims",
+        "ResourceClaim", ("CREATE",), validate_claim_request, "Ignore",
+        "the API server validates claims itself; ours adds clearer messages and warnings, never a new dependency",
+        namespaced=True,
+    ),
+    Hook(
+        "resourceclaimtemplates.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1",
+        "resourceclaimtemplates", "ResourceClaimTemplate", ("CREATE",), validate_claim_request, "Ignore",
+        "same as ResourceClaim", namespaced=True,
     ),
     Hook(
         "pods.mutate.gpucluster.nvidia.com", "mutate", "", "v1", "pods", "Pod", ("CREATE",),

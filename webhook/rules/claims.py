@@ -1,0 +1,165 @@
+"""ResourceClaim and ResourceClaimTemplate CREATE: selectors compile, adminAccess is allowed, and
+claims that no device could ever satisfy get a warning.
+
+Selectors compile in the Kubernetes DRA CEL environment (:mod:`gpucluster.dra.cel`); a compile
+error or an expression over 10 KiB is denied with the request, selector index and position.
+A selector reading an attribute that no device publishes aborts scheduling of every pod using it
+(an unknown attribute is a runtime error), so it is warned about; so is a claim the allocator
+cannot place on any node of the cluster, with one line saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpucluster.clusterstate import ClusterState
+from gpucluster.dra.allocator import explain
+from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
+from gpucluster.dra.model import AllocatorInputError
+from webhook.review import AdmissionRequest, Verdict, short_warning
+from webhook.settings import ADMIN_ACCESS_LABEL, Settings
+
+# Claims the resourceclaim controller makes from a pod's template carry this annotation; the
+# template was checked when it was created, so they are not checked again per pod.
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+def _claim_spec(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if kind == "ResourceClaimTemplate":
+        inner = spec.get("spec") if isinstance(spec, dict) else None
+        return inner if isinstance(inner, dict) else {}
+    return spec or {}
+
+
+def _requests(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    devices = spec.get("devices")
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    return [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+
+
+def _selectors(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, str]]:
+    """(request name, selector index, expression) of every CEL selector, subrequests included."""
+    for request in _requests(spec):
+        name = str(request.get("name", ""))
+        bodies: list[tuple[str, Any]] = [(name, request.get("exactly"))]
+        for sub in request.get("firstAvailable") or []:
+            if isinstance(sub, dict):
+                bodies.append((f"{name}/{sub.get('name', '')}", sub))
+        for label, body in bodies:
+            if not isinstance(body, dict):
+                continue
+            for index, selector in enumerate(body.get("selectors") or []):
+                cel = selector.get("cel") if isinstance(selector, dict) else None
+                expression = cel.get("expression") if isinstance(cel, dict) else None
+                if isinstance(expression, str):
+                    yield label, index, expression
+
+
+def _admin_access(spec: Mapping[str, Any]) -> list[str]:
+    names = []
+    for request in _requests(spec):
+        exactly = request.get("exactly")
+        if isinstance(exactly, dict) and exactly.get("adminAccess") is True:
+            names.append(str(request.get("name", "")))
+    return names
+
+
+class _Published:
+    """Attribute names the cluster's devices publish, per domain; rebuilt when the view changes."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.attributes: dict[str, set[str]] = {}
+
+    def get(self, cluster: ClusterState) -> dict[str, set[str]]:
+        if cluster.generation != self.generation:
+            attributes: dict[str, set[str]] = {}
+            for resource_slice in cluster.list("ResourceSlice"):
+                spec = resource_slice.get("spec") or {}
+                driver = str(spec.get("driver") or "")
+                for device in spec.get("devices") or []:
+                    for name in (device.get("attributes") or {}) if isinstance(device, dict) else ():
+                        domain, _, ident = name.partition("/") if "/" in name else (driver, "", name)
+                        attributes.setdefault(domain or driver, set()).add(ident)
+            self.attributes, self.generation = attributes, cluster.generation
+        return self.attributes
+
+
+_PUBLISHED = _Published()
+
+
+def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[str]]) -> list[str]:
+    missing = []
+    for read in sorted(reads):
+        if len(read) == 3 and read[0] == "attributes":
+            _, domain, ident = read
+            if ident not in published.get(domain, set()):
+                missing.append(f"{domain}/{ident}")
+    return missing
+
+
+def _why_not(claim: Mapping[str, Any], cluster: ClusterState) -> str | None:
+    """One line on why no node can ever satisfy the claim, or None when some node can."""
+    objects = [*cluster.list("ResourceSlice"), *cluster.list("DeviceClass"), *cluster.list("Node")]
+    try:
+        result = explain([dict(claim)], objects)
+    except AllocatorInputError as exc:
+        return str(exc)
+    if result.satisfiable:
+        return None
+    if result.errors:
+        return result.errors[0]
+    for node in result.nodes:
+        if node.reasons:
+            return f"{node.node}: {node.reasons[0]}"
+    return "no node publishes devices for it"
+
+
+def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
+    if request.operation != "CREATE" or request.obj is None:
+        return Verdict.allow(outcome="skipped")
+    obj = request.obj
+    spec = _claim_spec(obj, request.kind)
+    namespace = request.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
+    problems: list[str] = []
+    reads: frozenset[tuple[str, ...]] = frozenset()
+    for name, index, expression in _selectors(spec):
+        where = f"request {name}: selector #{index}"
+        if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
+            problems.append(f"{where}: expression is {len(expression.encode())} bytes, longer than the 10 KiB limit")
+            continue
+        try:
+            reads |= compile_selector(expression).reads
+        except CelCompileError as exc:
+            problems.append(f"{where}: compile error at {exc.line}:{exc.column}: {exc.message}")
+    if problems:
+        return Verdict.invalid(f"{request.kind} {namespace}/{request.name}: " + "; ".join(problems))
+
+    admin = _admin_access(spec)
+    if admin:
+        labels = cluster.namespace_labels(namespace) or {}
+        if labels.get(ADMIN_ACCESS_LABEL) != "true":
+            return Verdict.deny(
+                f"request {', '.join(admin)} asks for adminAccess, which needs the namespace {namespace} to be "
+                f'labelled {ADMIN_ACCESS_LABEL}="true": kubectl label namespace {namespace} {ADMIN_ACCESS_LABEL}=true'
+            )
+
+    meta = obj.get("metadata") or {}
+    if request.kind == "ResourceClaim" and POD_CLAIM_ANNOTATION in (meta.get("annotations") or {}):
+        return Verdict.allow()
+    warnings = []
+    if cluster.list("ResourceSlice"):
+        missing = _unpublished(reads, _PUBLISHED.get(cluster))
+        if missing:
+            warnings.append(
+                short_warning(
+                    f"no device publishes attribute {', '.join(missing)}: reading it fails scheduling of every pod"
+                )
+            )
+        elif not admin:
+            why = _why_not({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": request.name or "claim", "namespace": namespace}, "spec": spec}, cluster)  # fmt: skip
+            if why:
+                warnings.append(short_warning(f"no node fits this claim ({why})"))
+    return Verdict.allow(*warnings)
