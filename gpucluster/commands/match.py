@@ -1,0 +1,105 @@
+"""``gpucluster match``: evaluate CEL device selectors against ResourceSlices, as the scheduler would."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpucluster.commands import Subparsers
+from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, CelRuntimeError, compile_selector, slice_views
+from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.manifests import load_objects
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "match",
+        help="evaluate CEL device selectors against ResourceSlices",
+        description=(
+            "Evaluate each expression in the Kubernetes DRA CEL environment against every device of the "
+            "ResourceSlices in FILE (other kinds are skipped). Outcomes: match, nomatch, error (a runtime "
+            "error, which would abort scheduling of a claim using the selector)."
+        ),
+    )
+    parser.add_argument("-e", "--expression", action="append", required=True, metavar="EXPR", help="repeatable")
+    parser.add_argument(
+        "-f", "--filename", required=True, metavar="FILE", help="ResourceSlices (YAML/JSON, - for stdin)"
+    )
+    parser.add_argument("-o", "--output", choices=["json", "table", "summary"], default="table")
+    parser.set_defaults(func=run)
+
+
+def _rows(slices: list[dict[str, Any]], expressions: list[str]) -> list[dict[str, Any]]:
+    programs = []
+    for index, expression in enumerate(expressions):
+        size = len(expression.encode())
+        if size > MAX_EXPRESSION_LENGTH:
+            raise InputError(f"expression #{index}: {size} bytes, longer than the 10 KiB limit")
+        try:
+            programs.append(compile_selector(expression))
+        except CelCompileError as exc:
+            raise InputError(f"expression #{index}: compile error at {exc}") from None
+    rows = []
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        pool = str((spec.get("pool") or {}).get("name", ""))
+        for view in slice_views(resource_slice):
+            for index, program in enumerate(programs):
+                try:
+                    outcome, message = ("match" if program.evaluate(view) else "nomatch"), ""
+                except CelRuntimeError as exc:
+                    outcome, message = "error", str(exc)
+                rows.append(
+                    {"driver": view.driver, "pool": pool, "device": view.name, "expression": index,
+                     "outcome": outcome, "message": message}
+                )  # fmt: skip
+    return rows
+
+
+def _slices(path: str) -> list[dict[str, Any]]:
+    source = "<stdin>" if path == "-" else path
+    slices = []
+    for index, obj in enumerate(load_objects(path), start=1):
+        if obj.get("kind") != "ResourceSlice":
+            continue
+        spec = obj.get("spec")
+        name = (obj.get("metadata") or {}).get("name", f"document {index}")
+        if not isinstance(spec, dict) or not isinstance(spec.get("driver"), str) or not spec["driver"]:
+            raise InputError(f"{source}: ResourceSlice {name}: spec.driver: Required value")
+        devices = spec.get("devices", [])
+        if not isinstance(devices, list) or not all(isinstance(d, dict) and d.get("name") for d in devices):
+            raise InputError(f"{source}: ResourceSlice {name}: spec.devices: every device needs a name")
+        slices.append(obj)
+    if not slices:
+        raise InputError(f"{source}: no ResourceSlice found")
+    return slices
+
+
+def _table(rows: list[dict[str, Any]], expressions: list[str]) -> str:
+    header = ["DRIVER", "POOL", "DEVICE", *(f"#{i}" for i in range(len(expressions)))]
+    lines = [header]
+    by_device: dict[tuple[str, str, str], list[str]] = {}
+    for row in rows:
+        by_device.setdefault((row["driver"], row["pool"], row["device"]), []).append(row["outcome"])
+    lines += [[*key, *outcomes] for key, outcomes in by_device.items()]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    legend = [f"#{i}: {e}" for i, e in enumerate(expressions)]
+    body = "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return "\n".join([*legend, "", body])
+
+
+def run(args: argparse.Namespace) -> int:
+    slices = _slices(args.filename)
+    rows = _rows(slices, args.expression)
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+    elif args.output == "summary":
+        summary = [{"expression": i, "match": 0, "nomatch": 0, "error": 0} for i in range(len(args.expression))]
+        for row in rows:
+            summary[row["expression"]][row["outcome"]] += 1
+        print(json.dumps({"expressions": summary}, indent=2))
+    else:
+        sys.stdout.write(_table(rows, args.expression) + "\n")
+    return EXIT_OK

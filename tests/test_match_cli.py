@@ -1,0 +1,80 @@
+"""`gpucluster match`: rows in slice and device order, summary counts, errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "resourceslices"
+
+
+def match(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpucluster.cli", "match", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_json_rows_in_slice_device_and_expression_order() -> None:
+    out = match("-e", 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"', "-e",
+                'device.attributes["gpu.nvidia.com"].index == 0', "-f", str(FIXTURES / "l4-node.yaml"), "-o", "json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["device"], r["expression"]) for r in rows[:4]] == [
+        ("gpu-0", 0),
+        ("gpu-0", 1),
+        ("gpu-1", 0),
+        ("gpu-1", 1),
+    ]
+    assert set(rows[0]) == {"driver", "pool", "device", "expression", "outcome", "message"}
+    assert rows[0] == {
+        "driver": "gpu.nvidia.com",
+        "pool": "l4-node",
+        "device": "gpu-0",
+        "expression": 0,
+        "outcome": "match",
+        "message": "",
+    }
+    assert rows[1]["outcome"] == "error" and "no such key: index" in rows[1]["message"]
+
+
+def test_summary_counts_mig_and_full_gpus() -> None:
+    out = match("-e", 'device.attributes["gpu.nvidia.com"].type == "mig"', "-e", 'device.attributes["gpu.nvidia.com"].type == "gpu"',
+                "-f", str(FIXTURES / "a100-mig-node.yaml"), "-o", "summary")  # fmt: skip
+    summary = json.loads(out.stdout)["expressions"]
+    assert summary[0]["match"] + summary[1]["match"] == summary[0]["match"] + summary[0]["nomatch"]
+    assert summary[1]["match"] == 6  # GPUs 2-7 are full GPUs; 0 and 1 are partitioned
+    assert summary[0]["error"] == 0
+
+
+def test_quantity_and_semver_selectors() -> None:
+    out = match("-e", 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+                "-e", 'device.attributes["gpu.nvidia.com"].driverVersion.compareTo(semver("550.0.0")) >= 0',
+                "-f", str(FIXTURES / "h100-node.yaml"), "-o", "summary")  # fmt: skip
+    summary = json.loads(out.stdout)["expressions"]
+    assert summary[0] == {"expression": 0, "match": 8, "nomatch": 0, "error": 0}
+    assert summary[1] == {"expression": 1, "match": 8, "nomatch": 0, "error": 0}
+
+
+def test_compile_error_exits_2_naming_expression_and_position() -> None:
+    out = match("-e", "true", "-e", "device.attributes[", "-f", str(FIXTURES / "l4-node.yaml"))
+    assert out.returncode == 2
+    assert out.stderr.startswith("gpucluster match: expression #1: compile error at 1:")
+    assert out.stderr.count("\n") == 1
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "s.yaml"
+    bad.write_text("apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: s}\nspec: {devices: []}\n")
+    out = match("-e", "true", "-f", str(bad))
+    assert out.returncode == 2 and "spec.driver: Required value" in out.stderr
+    out = match("-e", "x" * (20 * 1024), "-f", str(FIXTURES / "l4-node.yaml"))
+    assert out.returncode == 2 and "10 KiB" in out.stderr
+    bad.write_text("kind: [\n")
+    out = match("-e", "true", "-f", str(bad))
+    assert out.returncode == 2 and "invalid YAML" in out.stderr and "Traceback" not in out.stderr
