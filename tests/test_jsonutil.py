@@ -12,7 +12,9 @@ from gpucluster.jsonutil import clone, diff
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["a", "b", "x/y", "t~1"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c/d", "e~f", ""]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c/d", "e~f", ""]), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
