@@ -106,9 +106,15 @@ class _TranslationCache:
         self._entries: OrderedDict[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = OrderedDict()
 
     def get(
-        self, spec: Mapping[str, Any], namespace: str, marker: str | None, config: TranslationConfig, config_key: Any
+        self,
+        spec: Mapping[str, Any],
+        spec_key: bytes,
+        namespace: str,
+        marker: str | None,
+        config: TranslationConfig,
+        config_key: Any,
     ) -> tuple[Translation, list[dict[str, Any]]]:
-        key = (orjson.dumps(spec), namespace, marker, config_key)
+        key = (spec_key, namespace, marker, config_key)
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
@@ -138,11 +144,10 @@ def _config_without(config: TranslationConfig, native: Mapping[str, str]) -> Tra
     return replace(config, mapping=MappingProxyType(mapping), mig_prefix=mig_prefix)
 
 
-def _well_formed(pod: Mapping[str, Any]) -> bool:
-    """The shape the API server guarantees for a decoded Pod; anything else is not ours to judge."""
-    if not isinstance(pod.get("metadata", {}), dict) or not isinstance(pod.get("spec"), dict):
+def _spec_well_formed(spec: Any) -> bool:
+    """The shape the API server guarantees for a decoded PodSpec; anything else is not ours to judge."""
+    if not isinstance(spec, dict):
         return False
-    spec = pod["spec"]
     for key in ("containers", "initContainers", "resourceClaims"):
         items = spec.get(key, [])
         if items is not None and (not isinstance(items, list) or not all(isinstance(i, dict) for i in items)):
@@ -155,23 +160,40 @@ def _well_formed(pod: Mapping[str, Any]) -> bool:
             value = (resources or {}).get(section)
             if value is not None and not isinstance(value, dict if section != "claims" else list):
                 return False
-    meta = pod.get("metadata") or {}
+    return True
+
+
+def _meta_well_formed(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata", {})
+    if not isinstance(meta, dict):
+        return False
     return all(meta.get(k) is None or isinstance(meta.get(k), dict) for k in ("labels", "annotations"))
+
+
+@lru_cache(maxsize=4096)
+def _spec_gpu_resources(spec_key: bytes) -> frozenset[str] | None:
+    """GPU-looking resource names a pod spec asks for; None for a malformed spec. Keyed by the
+    spec's JSON: the pods of one workload share it, so this runs once per workload."""
+    spec = orjson.loads(spec_key)
+    if not _spec_well_formed(spec):
+        return None
+    return frozenset(_gpu_resource_names(spec, WEBHOOK_CONFIG))
 
 
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
     if request.operation != "CREATE" or request.obj is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
-    if not _well_formed(request.obj):
-        return Verdict.allow(outcome="skipped")
     pod = request.obj
+    if not _meta_well_formed(pod) or not isinstance(pod.get("spec"), dict):
+        return Verdict.allow(outcome="skipped")
+    spec_key = orjson.dumps(pod["spec"])
+    wanted = _spec_gpu_resources(spec_key)
+    if not wanted:  # no GPU asked for, or a malformed spec
+        return Verdict.allow(outcome="skipped")
     namespace = request.namespace or str(_meta(pod).get("namespace") or "")
     if namespace == settings.operator_namespace:
         return Verdict.allow(outcome="skipped")
     config = WEBHOOK_CONFIG
-    wanted = _gpu_resource_names(pod, config)
-    if not wanted:
-        return Verdict.allow(outcome="skipped")
     if _opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
     native = native_resources(cluster)
@@ -184,7 +206,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     meta = _meta(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
-    translation, spec_ops = _CACHE.get(pod["spec"], namespace, marker, config, config_key)
+    translation, spec_ops = _CACHE.get(pod["spec"], spec_key, namespace, marker, config, config_key)
     warnings = [short_warning(f"not translated: {p}") for p in translation.problems]
     if not translation.changed:
         return Verdict.allow(*warnings, outcome="skipped")
@@ -213,10 +235,9 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     )
 
 
-def _gpu_resource_names(pod: Mapping[str, Any], config: TranslationConfig) -> set[str]:
-    """The GPU-looking resources any container of the pod asks for, translatable or not."""
+def _gpu_resource_names(spec: Mapping[str, Any], config: TranslationConfig) -> set[str]:
+    """The GPU-looking resources any container of a pod spec asks for, translatable or not."""
     names: set[str] = set()
-    spec = pod.get("spec") or {}
     for key in ("initContainers", "containers"):
         for container in spec.get(key) or []:
             resources = container.get("resources") if isinstance(container, dict) else None
