@@ -22,10 +22,23 @@ log = logging.getLogger("gpucluster.kube.reflector")
 
 @dataclass(frozen=True)
 class Resource:
-    """A kind and the collection path that serves it, e.g. ``/apis/resource.k8s.io/v1/resourceslices``."""
+    """A kind and the collection path that serves it, e.g. ``/apis/resource.k8s.io/v1/resourceslices``.
+
+    ``label_selector`` and ``field_selector`` narrow what is listed and watched.
+    """
 
     kind: str
     path: str
+    label_selector: str = ""
+    field_selector: str = ""
+
+    def query(self) -> list[tuple[str, str]]:
+        out = []
+        if self.label_selector:
+            out.append(("labelSelector", self.label_selector))
+        if self.field_selector:
+            out.append(("fieldSelector", self.field_selector))
+        return out
 
 
 RESOURCES: dict[str, Resource] = {
@@ -73,7 +86,7 @@ class Reflector:
         items: list[KubeObject] = []
         cont = ""
         while True:
-            query = [("limit", str(self.page_size))] + ([("continue", cont)] if cont else [])
+            query = [*self.resource.query(), ("limit", str(self.page_size))] + ([("continue", cont)] if cont else [])
             page = await self.kube.get(self.resource.path, query)
             kind = self.resource.kind
             api_version = str(page.get("apiVersion", ""))
@@ -90,6 +103,7 @@ class Reflector:
 
     async def _watch(self, resource_version: str) -> str:
         query = [
+            *self.resource.query(),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(self.watch_timeout)),

@@ -1,0 +1,364 @@
+"""Defaults and validation of the built-in kinds (the parts this project relies on).
+
+Much less than kube-apiserver's validation: names, the required fields of pods and workloads,
+selector/template agreement, ResourceClaim spec immutability and the adminAccess namespace rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import re
+from typing import Any
+
+Obj = dict[str, Any]
+Cause = tuple[str, str, str]
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+
+# Resources whose names are DNS labels / DNS-1035 labels rather than subdomains.
+_LABEL_NAMES = {("", "namespaces")}
+_DNS1035_NAMES = {("", "services")}
+# Names that are path segments only (RBAC names may contain ':').
+_PATH_SEGMENT_NAMES = {
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"),
+}
+
+
+def name_causes(group: str, plural: str, name: str) -> list[Cause]:
+    key = (group, plural)
+    if key in _PATH_SEGMENT_NAMES:
+        if name in (".", "..") or "/" in name or "%" in name:
+            return [("FieldValueInvalid", "metadata.name", f"Invalid value: \"{name}\": may not contain '/' or '%'")]
+        return []
+    if key in _DNS1035_NAMES:
+        if len(name) > 63 or not DNS1035_LABEL.match(name):
+            return [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_DNS1035_MSG}')]
+        return []
+    if key in _LABEL_NAMES:
+        if len(name) > 63 or not DNS1123_LABEL.match(name):
+            return [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_LABEL_MSG}')]
+        return []
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        return [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_SUBDOMAIN_MSG}')]
+    return []
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def _container_defaults(c: Obj) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    image = str(c.get("image") or "")
+    if "imagePullPolicy" not in c:
+        tag = image.rsplit("/", 1)[-1]
+        latest = "@" not in tag and (":" not in tag or tag.endswith(":latest"))
+        c["imagePullPolicy"] = "Always" if latest else "IfNotPresent"
+    c.setdefault("resources", {})
+    for p in c.get("ports") or []:
+        p.setdefault("protocol", "TCP")
+
+
+def pod_spec_defaults(spec: Obj) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    spec.setdefault("priority", 0)
+    if spec.get("serviceAccountName") and not spec.get("serviceAccount"):
+        spec["serviceAccount"] = spec["serviceAccountName"]
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict):
+                _container_defaults(c)
+
+
+def _template_defaults(obj: Obj) -> None:
+    template = (obj.get("spec") or {}).get("template")
+    if isinstance(template, dict):
+        template.setdefault("metadata", {})
+        pod_spec_defaults(template.setdefault("spec", {}))
+
+
+def _qos(spec: Obj) -> str:
+    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if req or lim:
+            requests_any = True
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and str(req[r]) != str(lim[r])):
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+class ServiceIPs:
+    """ClusterIP allocation from 10.96.0.0/12, like the service IP allocator."""
+
+    def __init__(self, cidr: str = "10.96.0.0/12") -> None:
+        self.network = ipaddress.ip_network(cidr)
+        self.next = 10
+        self.used: set[str] = {str(self.network.network_address + 1)}
+
+    def allocate(self) -> str:
+        while True:
+            ip = str(self.network.network_address + self.next)
+            self.next += 1
+            if ip not in self.used:
+                self.used.add(ip)
+                return ip
+
+
+def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = None) -> None:
+    """Defaults of a new or updated object of a built-in kind (in place)."""
+    spec = obj.get("spec")
+    if (group, plural) == ("", "pods"):
+        if not isinstance(spec, dict):
+            return
+        pod_spec_defaults(spec)
+        spec.setdefault("serviceAccountName", "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        spec.setdefault(
+            "tolerations",
+            [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+        )
+    elif (group, plural) == ("apps", "deployments"):
+        obj.setdefault("spec", {})
+        s = obj["spec"]
+        s.setdefault("replicas", 1)
+        s.setdefault("revisionHistoryLimit", 10)
+        s.setdefault("progressDeadlineSeconds", 600)
+        s.setdefault(
+            "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
+        )
+        _template_defaults(obj)
+    elif (group, plural) == ("apps", "daemonsets"):
+        obj.setdefault("spec", {})
+        s = obj["spec"]
+        s.setdefault("revisionHistoryLimit", 10)
+        s.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        _template_defaults(obj)
+    elif (group, plural) == ("", "services"):
+        obj.setdefault("spec", {})
+        s = obj["spec"]
+        s.setdefault("type", "ClusterIP")
+        s.setdefault("sessionAffinity", "None")
+        if s["type"] != "ExternalName":
+            if not s.get("clusterIP") and ips is not None:
+                s["clusterIP"] = ips.allocate()
+            if s.get("clusterIP"):
+                s.setdefault("clusterIPs", [s["clusterIP"]])
+            s.setdefault("ipFamilies", ["IPv4"])
+            s.setdefault("ipFamilyPolicy", "SingleStack")
+            s.setdefault("internalTrafficPolicy", "Cluster")
+        for p in s.get("ports") or []:
+            p.setdefault("protocol", "TCP")
+            if "targetPort" not in p and "port" in p:
+                p["targetPort"] = p["port"]
+    elif (group, plural) == ("", "secrets"):
+        obj.setdefault("type", "Opaque")
+    elif (group, plural) == ("", "namespaces"):
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        labels = obj.setdefault("metadata", {}).setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    elif (group, plural) in (("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")):
+        claim_spec = (
+            spec if plural == "resourceclaims" else ((spec or {}).get("spec") if isinstance(spec, dict) else None)
+        )
+        if isinstance(claim_spec, dict):
+            for req in (claim_spec.get("devices") or {}).get("requests") or []:
+                for sub in ([req.get("exactly")] if isinstance(req.get("exactly"), dict) else []) + list(
+                    req.get("firstAvailable") or []
+                ):
+                    sub.setdefault("allocationMode", "ExactCount")
+                    if sub["allocationMode"] == "ExactCount":
+                        sub.setdefault("count", 1)
+                    for t in sub.get("tolerations") or []:
+                        t.setdefault("operator", "Equal")
+
+
+def initial_status(group: str, plural: str, obj: Obj, now: str) -> Obj | None:
+    """The status the server sets on create for kinds whose create ignores the given status."""
+    if (group, plural) == ("", "pods"):
+        return {"phase": "Pending", "qosClass": _qos(obj.get("spec") or {})}
+    if (group, plural) == ("", "services"):
+        return {"loadBalancer": {}}
+    if (group, plural) == ("", "namespaces"):
+        return {"phase": "Active"}
+    return None
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _selector_matches(selector: Obj | None, labels: Obj) -> bool:
+    if not selector:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        op, key, values = expr.get("operator"), expr.get("key"), expr.get("values") or []
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and labels.get(key) in values)
+            or (op == "Exists" and key not in labels)
+            or (op == "DoesNotExist" and key in labels)
+        ):
+            return False
+    return True
+
+
+def _pod_spec_causes(spec: Any, path: str) -> list[Cause]:
+    if not isinstance(spec, dict):
+        return [("FieldValueRequired", path, "Required value")]
+    causes: list[Cause] = []
+    containers = spec.get("containers")
+    if not containers:
+        causes.append(("FieldValueRequired", f"{path}.containers", "Required value"))
+    seen: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            where = f"{path}.{key}[{i}]"
+            name = c.get("name") if isinstance(c, dict) else None
+            if not name:
+                causes.append(("FieldValueRequired", f"{where}.name", "Required value"))
+            elif name in seen:
+                causes.append(("FieldValueDuplicate", f"{where}.name", f'Duplicate value: "{name}"'))
+            else:
+                seen.add(name)
+                if not DNS1123_LABEL.match(name):
+                    causes.append(("FieldValueInvalid", f"{where}.name", f'Invalid value: "{name}": {_LABEL_MSG}'))
+            if isinstance(c, dict) and not c.get("image"):
+                causes.append(("FieldValueRequired", f"{where}.image", "Required value"))
+    return causes
+
+
+def _workload_causes(obj: Obj) -> list[Cause]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [("FieldValueRequired", "spec", "Required value")]
+    causes: list[Cause] = []
+    selector = spec.get("selector")
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not selector:
+        causes.append(("FieldValueRequired", "spec.selector", "Required value"))
+    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        causes.append(
+            ("FieldValueInvalid", "spec.selector", 'Invalid value: "null": empty selector is invalid for deployment')
+        )
+    elif not _selector_matches(selector, labels):
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "spec.template.metadata.labels",
+                f"Invalid value: {labels}: `selector` does not match template `labels`",
+            )
+        )
+    causes += _pod_spec_causes((spec.get("template") or {}).get("spec"), "spec.template.spec")
+    return causes
+
+
+def _admin_access_paths(claim_spec: Any, prefix: str) -> list[str]:
+    out: list[str] = []
+    if not isinstance(claim_spec, dict):
+        return out
+    for i, req in enumerate((claim_spec.get("devices") or {}).get("requests") or []):
+        exactly = req.get("exactly")
+        if isinstance(exactly, dict) and exactly.get("adminAccess"):
+            out.append(f"{prefix}.devices.requests[{i}].exactly.adminAccess")
+        for j, sub in enumerate(req.get("firstAvailable") or []):
+            if isinstance(sub, dict) and sub.get("adminAccess"):
+                out.append(f"{prefix}.devices.requests[{i}].firstAvailable[{j}].adminAccess")
+    return out
+
+
+def causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj: Obj | None) -> list[Cause]:
+    """Validation errors of a built-in object (create when ``old`` is None, else update)."""
+    key = (group, plural)
+    if key == ("", "pods"):
+        return _pod_spec_causes(obj.get("spec"), "spec")
+    if key in (("apps", "deployments"), ("apps", "daemonsets")):
+        causes = _workload_causes(obj)
+        if old is not None and (old.get("spec") or {}).get("selector") != (obj.get("spec") or {}).get("selector"):
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    "spec.selector",
+                    f"Invalid value: {(obj.get('spec') or {}).get('selector')}: field is immutable",
+                )
+            )
+        return causes
+    if key in (("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")):
+        causes = []
+        claim_spec = obj.get("spec") if plural == "resourceclaims" else (obj.get("spec") or {}).get("spec")
+        prefix = "spec" if plural == "resourceclaims" else "spec.spec"
+        labels = ((namespace_obj or {}).get("metadata") or {}).get("labels") or {}
+        if labels.get(ADMIN_ACCESS_LABEL) != "true":
+            ns = (obj.get("metadata") or {}).get("namespace", "")
+            for path in _admin_access_paths(claim_spec, prefix):
+                causes.append(
+                    (
+                        "FieldValueForbidden",
+                        path,
+                        f"Forbidden: admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label on the containing namespace {ns}",
+                    )
+                )
+        if old is not None and old.get("spec") != obj.get("spec"):
+            causes.append(("FieldValueInvalid", "spec", 'Invalid value: "object": field is immutable'))
+        return causes
+    return []
+
+
+def strip_for_generation(obj: Obj, has_status: bool) -> Obj:
+    """The part of an object whose change bumps metadata.generation."""
+    skip = {"metadata", "status"} if has_status else {"metadata"}
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+def deep_copy(obj: Obj) -> Obj:
+    return copy.deepcopy(obj)

@@ -1,0 +1,920 @@
+"""API semantics between the HTTP layer and the store: create, update, patch, delete, list, watch.
+
+Every write runs: decode checks -> system metadata -> defaults (built-in or CRD schema) ->
+mutating admission -> validation -> validating admission -> commit (compare-and-swap on the
+resourceVersion). Admission is an extension point: ``ApiCore.admission`` holds two lists of async
+hooks, empty by default, each given an ``Attributes`` it may change (mutating) or reject by raising
+``ApiError`` (both).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.apiserver import apply as ssa
+from sandbox.apiserver import builtins, crds, errors
+from sandbox.apiserver.errors import ApiError
+from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
+from sandbox.apiserver.resources import Registry, ResourceType
+from sandbox.apiserver.selectors import FieldSelector, Selector, matches_fields, matches_labels, single_name
+from sandbox.apiserver.store import Store, Watcher, rv_of
+
+Obj = dict[str, Any]
+ObjList = list[Obj]
+Causes = list[tuple[str, str, str]]
+
+NAMESPACES = ("", "namespaces")
+CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+APPLY_PATCH_CBOR = "application/apply-patch+cbor"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH)
+
+# Built-in resources whose DELETE answers with the deleted object instead of a Status.
+RETURNS_DELETED_OBJECT = {
+    ("", "pods"),
+    ("", "services"),
+    ("resource.k8s.io", "resourceclaims"),
+    ("resource.k8s.io", "resourceslices"),
+    ("resource.k8s.io", "deviceclasses"),
+    ("resource.k8s.io", "resourceclaimtemplates"),
+}
+
+
+def now_rfc3339(clock: Callable[[], dt.datetime] | None = None) -> str:
+    when = clock() if clock else dt.datetime.now(dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Context:
+    """Who asks and how: the per-request options the semantics depend on."""
+
+    user: Obj = field(
+        default_factory=lambda: {"username": "sandbox-admin", "groups": ["system:masters", "system:authenticated"]}
+    )
+    dry_run: bool = False
+    field_manager: str = ""
+    user_agent: str = ""
+    field_validation: str = "Warn"
+    warnings: list[str] = field(default_factory=list)
+
+    def manager(self) -> str:
+        if self.field_manager:
+            return self.field_manager
+        agent = self.user_agent.split("/", 1)[0].strip()
+        return agent[:128] or "unknown"
+
+
+@dataclass
+class Attributes:
+    """What an admission hook sees (``object`` may be replaced by a mutating hook)."""
+
+    operation: str  # CREATE | UPDATE | DELETE
+    resource: ResourceType
+    subresource: str
+    namespace: str
+    name: str
+    object: Obj | None
+    old_object: Obj | None
+    dry_run: bool
+    options: Obj
+    user: Obj
+    warnings: list[str]
+
+
+AdmissionHook = Callable[[Attributes], Awaitable[None]]
+
+
+@dataclass
+class Admission:
+    """Hook points where the admission chain plugs in; no-ops by default."""
+
+    mutating: list[AdmissionHook] = field(default_factory=list)
+    validating: list[AdmissionHook] = field(default_factory=list)
+
+    async def mutate(self, attrs: Attributes) -> None:
+        for hook in self.mutating:
+            await hook(attrs)
+
+    async def validate(self, attrs: Attributes) -> None:
+        for hook in self.validating:
+            await hook(attrs)
+
+
+@dataclass
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+    continue_token: str = ""
+    remaining: int | None = None
+
+
+class ApiCore:
+    def __init__(
+        self,
+        store: Store | None = None,
+        registry: Registry | None = None,
+        *,
+        clock: Callable[[], dt.datetime] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store or Store()
+        self.registry = registry or Registry()
+        self.admission = Admission()
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.service_ips = builtins.ServiceIPs()
+        self.default_propagation = "Background"
+
+    def now(self) -> str:
+        return now_rfc3339(self.clock)
+
+    # ------------------------------------------------------------ helpers
+
+    def _namespace(self, rt: ResourceType, namespace: str, obj: Obj) -> str:
+        md = obj.setdefault("metadata", {})
+        if not rt.namespaced:
+            md.pop("namespace", None)
+            return ""
+        body_ns = md.get("namespace") or ""
+        if namespace and body_ns and body_ns != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        ns = namespace or body_ns
+        if not ns:
+            raise errors.bad_request("an empty namespace may not be set during creation")
+        md["namespace"] = ns
+        return str(ns)
+
+    def _check_namespace_exists(self, rt: ResourceType, ns: str, name: str) -> Obj | None:
+        if not rt.namespaced:
+            return None
+        ns_obj = self.store.get(NAMESPACES, "", ns)
+        if ns_obj is None:
+            raise errors.not_found("", "namespaces", ns)
+        if ns_obj["metadata"].get("deletionTimestamp"):
+            err = errors.forbidden(
+                rt.group,
+                rt.plural,
+                name,
+                f"unable to create new content in namespace {ns} because it is being terminated",
+            )
+            err.details = {
+                **(err.details or {}),
+                "causes": [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": f"namespace {ns} is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
+            }
+            raise err
+        return ns_obj
+
+    def _check_kind(self, rt: ResourceType, obj: Obj) -> None:
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if kind and kind != rt.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+        if api_version and api_version != rt.api_version:
+            group = api_version.rpartition("/")[0]
+            if group != rt.group or self.registry.get(rt.group, api_version.rpartition("/")[2], rt.plural) is None:
+                raise errors.bad_request(
+                    f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})"
+                )
+
+    def to_version(self, rt: ResourceType, obj: Obj) -> Obj:
+        """A stored object as the requested version sees it (CRDs: apiVersion only, no conversion)."""
+        if obj.get("apiVersion") == rt.api_version:
+            return obj
+        return {**obj, "apiVersion": rt.api_version}
+
+    def _storage_form(self, rt: ResourceType, obj: Obj) -> Obj:
+        version = rt.storage_version
+        obj["apiVersion"] = f"{rt.group}/{version}" if rt.group else version
+        obj["kind"] = rt.kind
+        return obj
+
+    def _types(self, rt: ResourceType) -> ssa.TypeInfo:
+        return ssa.SchemaTypes(rt.schema) if rt.custom else ssa.BuiltinTypes()
+
+    def _storage_rt(self, rt: ResourceType) -> ResourceType:
+        return self.registry.get(rt.group, rt.storage_version, rt.plural) or rt
+
+    # ------------------------------------------------------------ reads
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
+        if obj is None:
+            raise errors.not_found(rt.group, rt.plural, name)
+        return self.to_version(rt, obj)
+
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        *,
+        labels: Selector = (),
+        fields: FieldSelector = (),
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+        resource_version_match: str = "",
+    ) -> ListResult:
+        current = self.store.rv
+        if resource_version_match and resource_version_match not in ("NotOlderThan", "Exact"):
+            raise errors.bad_request(f'resourceVersionMatch: Unsupported value: "{resource_version_match}"')
+        if resource_version_match and not resource_version:
+            raise errors.invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                [
+                    (
+                        "FieldValueForbidden",
+                        "resourceVersionMatch",
+                        "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )
+                ],
+            )
+        if resource_version not in ("", "0"):
+            try:
+                wanted = int(resource_version)
+            except ValueError:
+                raise errors.bad_request(f"invalid resource version: {resource_version}") from None
+            if wanted > current:
+                err = ApiError(
+                    504,
+                    "Timeout",
+                    f"Too large resource version: {wanted}, current: {current}",
+                    details={
+                        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                        "retryAfterSeconds": 1,
+                    },
+                )
+                raise err
+            if resource_version_match == "Exact" and wanted != current:
+                raise errors.gone(f"too old resource version: {wanted} ({current})")
+        after: tuple[str, str] | None = None
+        if continue_token:
+            after, token_rv = decode_continue(continue_token)
+            if token_rv < self.store.oldest_watchable(rt.key):
+                raise errors.gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+                )
+        items: ObjList = []
+        name_only = single_name(fields)
+        ns = namespace if rt.namespaced else None
+        if name_only is not None and not continue_token:
+            candidates: Any = []
+            if ns is not None:
+                one = self.store.get(rt.key, ns, name_only)
+                candidates = [one] if one else []
+            else:
+                candidates = (o for o in self.store.iter(rt.key, None) if o["metadata"]["name"] == name_only)
+        else:
+            candidates = self.store.iter(rt.key, ns, after=after)
+        token = ""
+        last: Obj | None = None
+        for obj in candidates:
+            if labels and not matches_labels(labels, obj):
+                continue
+            if fields and not matches_fields(fields, obj):
+                continue
+            if limit and len(items) >= limit:
+                assert last is not None
+                md = last["metadata"]
+                token = encode_continue((md.get("namespace", ""), md["name"]), current)
+                break
+            items.append(self.to_version(rt, obj))
+            last = obj
+        return ListResult(items, str(current), token)
+
+    def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        *,
+        resource_version: str = "",
+        labels: Selector = (),
+        fields: FieldSelector = (),
+        send_initial_events: bool | None = None,
+    ) -> Watcher:
+        ns = namespace if rt.namespaced else None
+        initial = resource_version in ("", "0") if send_initial_events is None else send_initial_events
+        rv: int | None = None
+        if resource_version not in ("", "0"):
+            try:
+                rv = int(resource_version)
+            except ValueError:
+                raise errors.bad_request(f"invalid resource version: {resource_version}") from None
+        return self.store.watch(rt.key, ns, resource_version=rv, labels=labels, fields=fields, initial=initial)
+
+    # ------------------------------------------------------------ create
+
+    async def create(self, rt: ResourceType, namespace: str, body: Obj, ctx: Context, *, managed: bool = True) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        self._check_kind(rt, body)
+        obj = copy.deepcopy(body)
+        obj.pop("status", None) if not rt.status_on_create else None
+        md = obj.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise errors.bad_request("metadata must be an object")
+        ns = self._namespace(rt, namespace, obj)
+        if md.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        generated = False
+        if not md.get("name"):
+            if md.get("generateName"):
+                md["name"] = str(md["generateName"]) + "".join(self.rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
+                generated = True
+            else:
+                raise errors.invalid(
+                    rt.group,
+                    rt.kind,
+                    "",
+                    [("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")],
+                )
+        name = str(md["name"])
+        ns_obj = self._check_namespace_exists(rt, ns, name)
+        md["uid"] = str(uuid.uuid4())
+        md["creationTimestamp"] = self.now()
+        for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            md.pop(key, None)
+        if rt.generation:
+            md["generation"] = 1
+        else:
+            md.pop("generation", None)
+        self._storage_form(rt, obj)
+        obj = self._defaults(rt, obj, None, ctx)
+        if not rt.status_on_create:
+            status = builtins.initial_status(rt.group, rt.plural, obj, md["creationTimestamp"])
+            if status is not None:
+                obj["status"] = status
+        if rt.key == CRDS:
+            obj["status"] = crds.crd_status(obj, self.now(), None)
+        if managed:
+            fields = ssa.track_update(
+                None,
+                obj,
+                manager=ctx.manager(),
+                api_version=rt.api_version,
+                subresource="",
+                has_status=rt.has_status,
+                types=self._types(rt),
+                now=self.now(),
+            )
+            if fields:
+                obj["metadata"]["managedFields"] = fields
+        attrs = Attributes(
+            "CREATE",
+            rt,
+            "",
+            ns,
+            name,
+            obj,
+            None,
+            ctx.dry_run,
+            {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            ctx.user,
+            ctx.warnings,
+        )
+        await self.admission.mutate(attrs)
+        obj = attrs.object or obj
+        self._validate(rt, obj, None, ns_obj, ctx)
+        await self.admission.validate(attrs)
+        if ctx.dry_run:
+            return self.to_version(rt, obj)
+        for attempt in range(5):
+            try:
+                stored = self.store.create(rt.key, obj)
+                break
+            except ApiError:
+                if not generated or attempt == 4:
+                    raise
+                md = obj["metadata"]
+                md["name"] = str(md["generateName"]) + "".join(self.rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
+        self._after_write(rt, None, stored)
+        return self.to_version(rt, stored)
+
+    # ------------------------------------------------------------ update
+
+    def _defaults(self, rt: ResourceType, obj: Obj, old: Obj | None, ctx: Context | None = None) -> Obj:
+        if rt.custom:
+            if rt.schema:
+                dropped: list[str] = []
+                pruned = crds.prune(obj, rt.schema, root=True, dropped=dropped)
+                if dropped and ctx is not None and ctx.field_validation == "Strict":
+                    unknown = ", ".join(f'unknown field "{p}"' for p in dropped)
+                    raise errors.bad_request(
+                        f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {unknown}'
+                    )
+                if dropped and ctx is not None and ctx.field_validation == "Warn":
+                    ctx.warnings.extend(f'unknown field "{p}"' for p in dropped)
+                obj = crds.default(pruned, rt.schema)
+            return obj
+        if rt.key == CRDS:
+            crds.crd_defaults(obj)
+            return obj
+        builtins.apply_defaults(rt.group, rt.plural, obj, self.service_ips if old is None else None)
+        if rt.key == ("", "services") and old is not None:
+            old_spec, new_spec = old.get("spec") or {}, obj.get("spec") or {}
+            if old_spec.get("clusterIP") and not new_spec.get("clusterIP"):
+                new_spec["clusterIP"] = old_spec["clusterIP"]
+                new_spec["clusterIPs"] = old_spec.get("clusterIPs", [old_spec["clusterIP"]])
+        return obj
+
+    def _validate(self, rt: ResourceType, obj: Obj, old: Obj | None, ns_obj: Obj | None, ctx: Context) -> None:
+        md = obj["metadata"]
+        name = str(md.get("name", ""))
+        causes: Causes = []
+        if old is None:
+            causes += builtins.name_causes(rt.group, rt.plural, name)
+        if rt.custom and rt.schema:
+            causes += crds.validate(obj, rt.schema, "", old, has_old=old is not None)
+        elif rt.key == CRDS:
+            causes += crds.crd_causes(obj)
+            if old is not None:
+                old_spec, new_spec = old.get("spec") or {}, obj.get("spec") or {}
+                if old_spec.get("group") != new_spec.get("group"):
+                    causes.append(
+                        (
+                            "FieldValueInvalid",
+                            "spec.group",
+                            f'Invalid value: "{new_spec.get("group")}": field is immutable',
+                        )
+                    )
+                if old_spec.get("scope") != new_spec.get("scope"):
+                    causes.append(
+                        (
+                            "FieldValueInvalid",
+                            "spec.scope",
+                            f'Invalid value: "{new_spec.get("scope")}": field is immutable',
+                        )
+                    )
+        else:
+            if rt.namespaced and ns_obj is None and md.get("namespace"):
+                ns_obj = self.store.get(NAMESPACES, "", md["namespace"])
+            causes += builtins.causes_for(rt.group, rt.plural, obj, old, ns_obj)
+        if causes:
+            raise errors.invalid(rt.group, rt.kind, name, causes)
+
+    def _merge_update(self, rt: ResourceType, old: Obj, body: Obj, subresource: str) -> Obj:
+        """The object a PUT of ``body`` (to the resource or its ``subresource``) would store."""
+        if subresource == "status":
+            new = {k: v for k, v in old.items() if k != "status"}
+            new["metadata"] = dict(old["metadata"])
+            if "status" in body:
+                new["status"] = copy.deepcopy(body["status"])
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                new["metadata"]["resourceVersion"] = rv
+            if "managedFields" in (body.get("metadata") or {}):
+                new["metadata"]["managedFields"] = body["metadata"]["managedFields"]
+            return new
+        new = copy.deepcopy(body)
+        md = new.setdefault("metadata", {})
+        old_md = old["metadata"]
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ):
+            if key in old_md:
+                md[key] = old_md[key]
+            else:
+                md.pop(key, None)
+        if "managedFields" not in md and "managedFields" in old_md:
+            md["managedFields"] = old_md["managedFields"]
+        md.pop("selfLink", None)
+        if rt.has_status:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        return new
+
+    async def update(
+        self, rt: ResourceType, namespace: str, name: str, body: Obj, ctx: Context, *, subresource: str = ""
+    ) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        self._check_kind(rt, body)
+        md = body.get("metadata") or {}
+        if md.get("name") and md["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
+            )
+        if rt.namespaced and md.get("namespace") and md["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        ns = namespace if rt.namespaced else ""
+        old = self.store.get(rt.key, ns, name)
+        if old is None:
+            raise errors.not_found(rt.group, rt.plural, name)
+        new = self._merge_update(rt, old, body, subresource)
+        return await self._commit_update(rt, old, new, ctx, subresource=subresource, track=True)
+
+    async def _commit_update(
+        self, rt: ResourceType, old: Obj, new: Obj, ctx: Context, *, subresource: str, track: bool
+    ) -> Obj:
+        name = old["metadata"]["name"]
+        ns = old["metadata"].get("namespace", "")
+        wanted = new["metadata"].get("resourceVersion")
+        if wanted and str(wanted) != old["metadata"].get("resourceVersion"):
+            raise errors.stale(rt.group, rt.plural, name)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        self._storage_form(rt, new)
+        new = self._defaults(rt, new, old, ctx)
+        if rt.key == CRDS:
+            new["status"] = crds.crd_status(new, self.now(), old.get("status"))
+        old_final = set(old["metadata"].get("finalizers") or [])
+        new_final = set(new["metadata"].get("finalizers") or [])
+        if old["metadata"].get("deletionTimestamp") and new_final - old_final:
+            added = sorted(new_final - old_final)
+            raise errors.invalid(
+                rt.group,
+                rt.kind,
+                name,
+                [
+                    (
+                        "FieldValueForbidden",
+                        "metadata.finalizers",
+                        f"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added}",
+                    )
+                ],
+            )
+        if rt.generation:
+            gen = int(old["metadata"].get("generation") or 1)
+            if builtins.strip_for_generation(new, rt.has_status) != builtins.strip_for_generation(old, rt.has_status):
+                gen += 1
+            new["metadata"]["generation"] = gen
+        if track:
+            fields = ssa.track_update(
+                old,
+                new,
+                manager=ctx.manager(),
+                api_version=rt.api_version,
+                subresource=subresource,
+                has_status=rt.has_status,
+                types=self._types(rt),
+                now=self.now(),
+            )
+            if fields:
+                new["metadata"]["managedFields"] = fields
+            else:
+                new["metadata"].pop("managedFields", None)
+        attrs = Attributes(
+            "UPDATE",
+            rt,
+            subresource,
+            ns,
+            name,
+            new,
+            old,
+            ctx.dry_run,
+            {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+            ctx.user,
+            ctx.warnings,
+        )
+        await self.admission.mutate(attrs)
+        new = attrs.object or new
+        self._validate(rt, new, old, None, ctx)
+        await self.admission.validate(attrs)
+        if _same(old, new):
+            return self.to_version(rt, old)
+        if ctx.dry_run:
+            return self.to_version(rt, new)
+        expected = rv_of(old)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and rt.key != NAMESPACES:
+            final = self.store.delete(rt.key, ns, name, expected_rv=expected)
+            self._after_delete(rt, final)
+            return self.to_version(rt, final)
+        stored = self.store.update(rt.key, new, expected_rv=expected)
+        self._after_write(rt, old, stored)
+        return self.to_version(rt, stored)
+
+    # ------------------------------------------------------------ patch
+
+    async def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        body: Any,
+        ctx: Context,
+        *,
+        subresource: str = "",
+        force: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Apply a patch; returns (object, created) — apply creates absent objects."""
+        if patch_type not in PATCH_TYPES:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}",
+            )
+        if patch_type == STRATEGIC_PATCH and rt.custom:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}",
+            )
+        if patch_type == APPLY_PATCH:
+            if not ctx.field_manager:
+                raise errors.bad_request("PATCH: fieldManager is required for apply requests")
+            if not isinstance(body, dict):
+                raise errors.bad_request("error decoding YAML: the apply patch must be an object")
+            if not body.get("apiVersion") or not body.get("kind"):
+                raise errors.bad_request(
+                    "apiVersion and kind must be set in an apply request"
+                    if not body.get("kind")
+                    else "apiVersion must be set"
+                )
+            self._check_kind(rt, body)
+            bmd = body.get("metadata") or {}
+            if bmd.get("name") and bmd["name"] != name:
+                raise errors.bad_request(
+                    f"the name of the object ({bmd['name']}) does not match the name on the URL ({name})"
+                )
+        elif force:
+            raise errors.bad_request("force may not be set for non-apply patch")
+        ns = namespace if rt.namespaced else ""
+        pinned = _pins_rv(patch_type, body)
+        for attempt in range(10):
+            old = self.store.get(rt.key, ns, name)
+            if old is None:
+                if patch_type != APPLY_PATCH or subresource:
+                    raise errors.not_found(rt.group, rt.plural, name)
+                applied = copy.deepcopy(body)
+                applied.setdefault("metadata", {})["name"] = name
+                created = ssa.apply(
+                    None,
+                    applied,
+                    manager=ctx.manager(),
+                    force=force,
+                    api_version=rt.api_version,
+                    subresource="",
+                    has_status=rt.has_status,
+                    types=self._types(rt),
+                    now=self.now(),
+                    kind_group=_kind_group(rt),
+                    name=name,
+                )
+                created["apiVersion"], created["kind"] = body["apiVersion"], body["kind"]
+                try:
+                    return await self.create(rt, namespace, created, ctx, managed=False), True
+                except ApiError as exc:
+                    if exc.reason == "AlreadyExists" and attempt < 9:
+                        continue
+                    raise
+            current = self.to_version(rt, old)
+            if patch_type == JSON_PATCH:
+                patched = json_patch(copy.deepcopy(current), body)
+            elif patch_type == MERGE_PATCH:
+                patched = merge_patch(current, body)
+            elif patch_type == STRATEGIC_PATCH:
+                patched = strategic_merge(current, body)
+            else:
+                patched = ssa.apply(
+                    current,
+                    body,
+                    manager=ctx.manager(),
+                    force=force,
+                    api_version=rt.api_version,
+                    subresource=subresource,
+                    has_status=rt.has_status,
+                    types=self._types(rt),
+                    now=self.now(),
+                    kind_group=_kind_group(rt),
+                    name=name,
+                )
+            if not isinstance(patched, dict):
+                raise errors.bad_request("the patched object is not a JSON object")
+            pmd = patched.setdefault("metadata", {})
+            if not isinstance(pmd, dict):
+                raise errors.bad_request("metadata must be an object")
+            if pmd.get("name", name) != name:
+                raise errors.bad_request(
+                    f"the name of the object ({pmd.get('name')}) does not match the name on the URL ({name})"
+                )
+            pmd["name"] = name
+            if rt.namespaced:
+                pmd["namespace"] = ns
+            if not pinned:
+                pmd["resourceVersion"] = old["metadata"]["resourceVersion"]
+            new = self._merge_update(rt, old, patched, subresource)
+            try:
+                return await self._commit_update(
+                    rt, old, new, ctx, subresource=subresource, track=patch_type != APPLY_PATCH
+                ), False
+            except ApiError as exc:
+                if exc.code == 409 and exc.message.endswith(errors.STALE) and not pinned and attempt < 9:
+                    continue
+                raise
+        raise errors.internal("too many conflicts applying the patch")
+
+    # ------------------------------------------------------------ delete
+
+    async def delete(self, rt: ResourceType, namespace: str, name: str, options: Obj, ctx: Context) -> tuple[Obj, bool]:
+        """Delete or start deleting; returns (object, deleted now)."""
+        ns = namespace if rt.namespaced else ""
+        old = self.store.get(rt.key, ns, name)
+        if old is None:
+            raise errors.not_found(rt.group, rt.plural, name)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != old["metadata"].get("uid"):
+            raise errors.conflict(
+                rt.group,
+                rt.plural,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {old['metadata'].get('uid')}",
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(
+                rt.group,
+                rt.plural,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {old['metadata'].get('resourceVersion')}",
+            )
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("orphanDependents") is not None:
+            policy = "Orphan" if options["orphanDependents"] else "Background"
+        policy = policy or self.default_propagation
+        if policy not in ("Orphan", "Foreground", "Background"):
+            raise errors.invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                [
+                    (
+                        "FieldValueNotSupported",
+                        "propagationPolicy",
+                        f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+                    )
+                ],
+            )
+        attrs = Attributes(
+            "DELETE",
+            rt,
+            "",
+            ns,
+            name,
+            None,
+            old,
+            ctx.dry_run,
+            {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options},
+            ctx.user,
+            ctx.warnings,
+        )
+        await self.admission.mutate(attrs)
+        await self.admission.validate(attrs)
+        md = old["metadata"]
+        finalizers = list(md.get("finalizers") or [])
+        if policy == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        if md.get("deletionTimestamp") and finalizers == list(md.get("finalizers") or []):
+            return self.to_version(rt, old), False
+        if finalizers or rt.key == NAMESPACES:
+            new = dict(old)
+            new["metadata"] = (
+                {**md, "finalizers": finalizers} if finalizers else {k: v for k, v in md.items() if k != "finalizers"}
+            )
+            new["metadata"].setdefault("deletionTimestamp", self.now())
+            new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+            if rt.generation and not md.get("deletionTimestamp"):
+                new["metadata"]["generation"] = int(md.get("generation") or 1) + 1
+            if rt.key == NAMESPACES:
+                new["status"] = {**(old.get("status") or {}), "phase": "Terminating"}
+            if ctx.dry_run:
+                return self.to_version(rt, new), False
+            stored = self.store.update(rt.key, new, expected_rv=rv_of(old))
+            return self.to_version(rt, stored), False
+        if ctx.dry_run:
+            return self.to_version(rt, old), True
+        final = self.store.delete(rt.key, ns, name, expected_rv=rv_of(old))
+        self._after_delete(rt, final)
+        return self.to_version(rt, final), True
+
+    async def delete_collection(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        options: Obj,
+        ctx: Context,
+        *,
+        labels: Selector = (),
+        fields: FieldSelector = (),
+    ) -> ObjList:
+        out = []
+        for obj in self.list(rt, namespace, labels=labels, fields=fields).items:
+            md = obj["metadata"]
+            try:
+                deleted, _ = await self.delete(rt, md.get("namespace", ""), md["name"], options, ctx)
+            except ApiError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            out.append(deleted)
+        return out
+
+    # ------------------------------------------------------------ CRD side effects
+
+    def _after_write(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
+        if rt.key == CRDS:
+            self._serve_crd(new, old)
+
+    def _after_delete(self, rt: ResourceType, final: Obj) -> None:
+        if rt.key == CRDS:
+            spec = final.get("spec") or {}
+            key = (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
+            for obj in list(self.store.iter(key)):
+                md = obj["metadata"]
+                self.store.delete(key, md.get("namespace", ""), md["name"])
+            self.registry.remove_group_resource(*key)
+            self.store.drop_resource(key)
+
+    def _serve_crd(self, crd: Obj, old: Obj | None) -> None:
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        if old is not None:
+            ospec = old.get("spec") or {}
+            self.registry.remove_group_resource(ospec.get("group", ""), (ospec.get("names") or {}).get("plural", ""))
+        if crd["metadata"].get("deletionTimestamp"):
+            return
+        self.registry.remove_group_resource(group, plural)
+        for rt in crds.resource_types(crd):
+            self.registry.add(rt)
+
+    def install_crd(self, crd: Obj) -> None:
+        """Serve a CRD stored by other means (used when restoring state)."""
+        self._serve_crd(crd, None)
+
+
+def _kind_group(rt: ResourceType) -> str:
+    return f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+
+
+def _same(old: Obj, new: Obj) -> bool:
+    """Whether an update changes nothing (managedFields timestamps aside): no new resourceVersion then."""
+
+    def strip(o: Obj) -> Obj:
+        md = {k: v for k, v in (o.get("metadata") or {}).items() if k not in ("managedFields", "resourceVersion")}
+        return {**o, "metadata": md}
+
+    if strip(old) != strip(new):
+        return False
+    fields_old = [{k: v for k, v in e.items() if k != "time"} for e in old["metadata"].get("managedFields") or []]
+    fields_new = [{k: v for k, v in e.items() if k != "time"} for e in new["metadata"].get("managedFields") or []]
+    return fields_old == fields_new
+
+
+def _pins_rv(patch_type: str, body: Any) -> bool:
+    if patch_type == JSON_PATCH:
+        return isinstance(body, list) and any(
+            isinstance(op, dict) and str(op.get("path", "")).startswith("/metadata/resourceVersion") for op in body
+        )
+    return isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
+
+
+def encode_continue(after: tuple[str, str], rv: int) -> str:
+    import base64
+    import json
+
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(after)}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[tuple[str, str], int]:
+    import base64
+    import binascii
+    import json
+
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw)
+        start = data["start"]
+        return (str(start[0]), str(start[1])), int(data["rv"])
+    except (binascii.Error, ValueError, KeyError, IndexError, TypeError):
+        raise errors.bad_request("continue key is not valid: illegal base64 data at input byte 0") from None
