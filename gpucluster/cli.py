@@ -21,7 +21,7 @@ CONTRACT = [
     "webhook", "controller", "run", "sandbox", "validate", "render",
     "admit", "match", "explain", "migrate", "audit", "certs",
 ]  # fmt: skip
-IMPLEMENTED = {"validate", "admit", "webhook", "explain", "render", "match", "sandbox"}
+IMPLEMENTED = {"validate", "admit", "webhook", "explain", "render", "match", "sandbox", "controller"}
 
 
 def build_parser() -> argparse.ArgumentParser:

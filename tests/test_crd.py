@@ -48,6 +48,8 @@ def test_crd_names_scope_columns_and_subresources() -> None:
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert columns["Status"]["jsonPath"] == ".status.state"
     assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    assert list(columns)[:2] == ["Status", "Age"]  # the default `kubectl get gpucluster` view
+    assert all(c.get("priority") == 1 for c in list(columns.values())[2:])  # inventory in -o wide
 
 
 def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:

@@ -143,6 +143,10 @@ def gpucluster_crd() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         {"name": "Status", "type": "string", "jsonPath": ".status.state"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        {"name": "Nodes", "type": "integer", "jsonPath": ".status.inventory.nodes", "priority": 1},
+                        {"name": "GPUs", "type": "integer", "jsonPath": ".status.inventory.gpus", "priority": 1},
+                        {"name": "MIG", "type": "integer", "jsonPath": ".status.inventory.migDevices", "priority": 1},
+                        {"name": "Allocated", "type": "integer", "jsonPath": ".status.inventory.allocated", "priority": 1},
                     ],
                 }
             ],

@@ -319,6 +319,7 @@ class GPUInventory(KubeModel):
     nodes: Int32 | None = Field(default=None, description="GPU nodes publishing ResourceSlices.")
     gpus: Int32 | None = Field(default=None, description="Full GPU devices (type gpu).")
     migDevices: Int32 | None = Field(default=None, description="MIG devices (type mig).")
+    allocated: Int32 | None = Field(default=None, description="gpu.nvidia.com devices allocated to claims.")
     products: list[ProductCount] | None = Field(default=None, description="Devices per product name.")
 
 

@@ -64,7 +64,8 @@ class Kube:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
-        payload = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
+        # The official client serializes JSON bodies itself (json.dumps), so hand it plain objects.
+        payload = json.loads(body) if isinstance(body, (str, bytes)) else body
         m, url, hdrs, data, _ = await self.api.param_serialize(
             method, path, query_params=list(query), header_params=headers, body=payload, auth_settings=["BearerToken"]
         )

@@ -415,7 +415,9 @@ def apply(
     for key, paths in sets.items():
         if key != mine:
             others |= paths
-    for path in sorted(previously - set(applied_flat), key=len, reverse=True):
+    # Shortest first: a list item given up as a whole goes before its fields are looked at, since
+    # removing a key field (a container's name) first would leave the item unfindable.
+    for path in sorted(previously - set(applied_flat), key=len):
         if path in others or any(o[: len(path)] == path for o in others):
             continue
         remove_path(merged, path)

@@ -1,0 +1,421 @@
+"""Level-triggered reconcile of the GPUCluster singleton into its operands.
+
+Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Kube`.
+Every desired object carries a hash of its rendered content; an object whose live copy carries
+the same hash is not written, so a steady state issues no writes at all. Objects are applied with
+server-side apply (field manager ``gpucluster``); objects this GPUCluster owns that are no longer
+desired (a disabled operand) are deleted, and nothing else is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from controller.nodes import label_patch, nodes_with_claims
+from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
+from controller.status import (
+    NOT_SINGLETON,
+    OPERANDS_NOT_READY,
+    PREREQUISITE_NOT_MET,
+    RECONCILE_FAILED,
+    desired_status,
+    inventory,
+    not_ready_message,
+    workload_status,
+)
+from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
+from gpucluster.api.validation import problems_from
+from gpucluster.clusterstate import ClusterState, KubeObject
+from gpucluster.dra.semver import Semver, SemverError
+from gpucluster.kube.client import Kube, KubeError
+from gpucluster.kube.paths import collection_path, object_path
+from gpucluster.kube.reflector import Resource
+
+log = logging.getLogger("gpucluster.controller")
+
+FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
+HASH_ANNOTATION = "gpucluster.nvidia.com/applied-hash"
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+FIELD_MANAGER = "gpucluster"
+MIN_VERSION = (1, 34, 2)
+GPUCLUSTER_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
+
+# Kinds the operands render, watched with the managed-by label so that pruning sees them.
+OWNED: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("v1", "Service"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "Deployment"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+)
+OWNED_KINDS = {kind for _, kind in OWNED}
+
+
+def owned_resources() -> list[Resource]:
+    """Reflector resources for the kinds we own (cluster-wide lists narrowed by our label)."""
+    selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    out = []
+    for api_version, kind in OWNED:
+        path = collection_path(api_version, kind, "x")
+        if "/namespaces/x/" in path:  # all namespaces
+            path = path.replace("/namespaces/x/", "/")
+        out.append(Resource(kind, path, label_selector=selector))
+    return out
+
+
+def content_hash(obj: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in _meta(obj).get("ownerReferences") or [])
+
+
+def _strip_times(status: Mapping[str, Any] | None) -> Any:
+    if not status:
+        return None
+    out = dict(status)
+    out["conditions"] = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in out.get("conditions") or []]
+    return out
+
+
+@dataclass
+class Prerequisites:
+    """What the cluster serves, looked up at most once a minute."""
+
+    checked_at: float = 0.0
+    problem: str | None = None
+    version: str | None = None
+    service_monitor: bool = False
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    state: ClusterState
+    namespace: str = "gpu-operator"
+    env: Mapping[str, str] = field(default_factory=dict)
+    now: Callable[[], str] = _now
+    prerequisite_ttl: float = 60.0
+    writes: int = 0
+    last_reasons: dict[str, str] = field(default_factory=dict)
+    _prereq: Prerequisites = field(default_factory=Prerequisites)
+
+    # ------------------------------------------------------------------ writes
+
+    async def _write(self, method: str, path: str, **kwargs: Any) -> KubeObject:
+        self.writes += 1
+        log.debug("write method=%s path=%s", method, path)
+        return await self.kube.request(method, path, **kwargs)
+
+    async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on ``obj`` (cluster-scoped objects get events in 'default')."""
+        meta = _meta(obj)
+        namespace = str(meta.get("namespace") or "default")
+        now = self.now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace") or "",
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "gpucluster-controller"},
+            "reportingComponent": "gpucluster-controller",
+            "reportingInstance": "gpucluster-controller",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._write("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+        except KubeError as exc:  # events are best effort
+            log.warning("event not recorded reason=%s error=%s", reason, exc)
+
+    async def apply(self, obj: KubeObject) -> bool:
+        """Server-side apply ``obj`` unless its live copy already carries the same content hash."""
+        desired = dict(obj)
+        meta = dict(_meta(desired))
+        digest = content_hash(obj)
+        meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
+        desired["metadata"] = meta
+        live = self.state.get(str(obj["kind"]), str(meta["name"]), str(meta.get("namespace") or ""))
+        if live is not None and (_meta(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
+            return False
+        result = await self._write(
+            "PATCH",
+            object_path(desired),
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            body=desired,
+            content_type="application/apply-patch+yaml",
+        )
+        result.setdefault("kind", obj["kind"])
+        self.state.upsert(str(obj["kind"]), result)
+        return True
+
+    async def delete(self, obj: Mapping[str, Any], propagation: str = "Background") -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        try:
+            await self._write("DELETE", object_path(obj), body=body)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        if propagation == "Background":
+            self.state.delete(str(obj.get("kind")), obj)
+
+    # ------------------------------------------------------------------ checks
+
+    async def prerequisites(self) -> Prerequisites:
+        """DeviceClass API served (resource.k8s.io/v1), server >= v1.34.2; ServiceMonitor CRD served?"""
+        if time.monotonic() - self._prereq.checked_at < self.prerequisite_ttl:
+            return self._prereq
+        problem = None
+        version = None
+        try:
+            group = await self.kube.get("/apis/resource.k8s.io")
+            versions = {v.get("version") for v in group.get("versions") or []}
+            if "v1" not in versions:
+                problem = (
+                    "the resource.k8s.io/v1 API (DeviceClass) is not served: DRA needs Kubernetes v1.34.2 or later "
+                    "with resource.k8s.io/v1 enabled"
+                )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            problem = "the resource.k8s.io API group is not served: DRA needs Kubernetes v1.34.2 or later"
+        info = await self.kube.get("/version")
+        version = str(info.get("gitVersion") or "")
+        try:
+            parsed = Semver.parse(version.split("+")[0].split("-")[0], normalize=True)
+            if (parsed.major, parsed.minor, parsed.patch) < MIN_VERSION:
+                problem = problem or f"Kubernetes {version} is too old: DRA with GPUCluster needs v1.34.2 or later"
+        except SemverError:
+            log.warning("cannot parse the server version %r; assuming it is recent enough", version)
+        try:
+            await self.kube.get("/apis/monitoring.coreos.com/v1")
+            service_monitor = True
+        except KubeError:
+            service_monitor = False
+        self._prereq = Prerequisites(time.monotonic(), problem, version, service_monitor)
+        return self._prereq
+
+    # ------------------------------------------------------------------ status
+
+    async def set_status(self, cluster: Mapping[str, Any], **kwargs: Any) -> None:
+        meta = _meta(cluster)
+        generation = int(meta.get("generation") or 0)
+        current = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
+        new = desired_status(current, namespace=self.namespace, generation=generation, now=self.now(), **kwargs)
+        if _strip_times(current) == _strip_times(new):
+            return
+        reason = kwargs.get("reason", "")
+        result = await self._write(
+            "PATCH",
+            f"{GPUCLUSTER_PATH}/{meta.get('name')}/status",
+            body={"status": new},
+            content_type="application/merge-patch+json",
+        )
+        result.setdefault("kind", "GPUCluster")
+        self.state.upsert("GPUCluster", result)
+        changed = self.last_reasons.get(str(meta.get("name"))) != reason
+        if changed and kwargs.get("state") == "notReady" and reason != OPERANDS_NOT_READY:
+            await self.event(cluster, "Warning", reason, kwargs.get("message", ""))
+        self.last_reasons[str(meta.get("name"))] = reason
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self) -> float:
+        """One pass; returns seconds until the next pass (5 while not ready, 60 when ready)."""
+        for other in self.state.list("GPUCluster"):
+            if _meta(other).get("name") != SINGLETON_NAME and not _meta(other).get("deletionTimestamp"):
+                await self.set_status(
+                    other, state="disabled", reason=NOT_SINGLETON,
+                    message=f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled",
+                )  # fmt: skip
+        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+        if cluster is None:
+            return 60.0
+        if _meta(cluster).get("deletionTimestamp"):
+            return await self.finalize(cluster)
+        if FINALIZER not in (_meta(cluster).get("finalizers") or []):
+            await self._add_finalizer(cluster)
+            cluster = self.state.get("GPUCluster", SINGLETON_NAME) or cluster
+
+        prereq = await self.prerequisites()
+        policies = self.state.list("ClusterPolicy")
+        problem = prereq.problem
+        if policies and problem is None:
+            names = ", ".join(sorted(str(_meta(p).get("name")) for p in policies))
+            problem = (
+                f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
+                "new installations only, delete the ClusterPolicy and its operands first"
+            )
+        if problem:
+            await self.set_status(cluster, state="notReady", reason=PREREQUISITE_NOT_MET, message=problem)
+            return 30.0
+
+        await self._label_namespace()
+        try:
+            model = GPUCluster.model_validate(cluster)
+        except ValidationError as exc:
+            detail = "; ".join(str(p) for p in problems_from(exc))
+            await self.set_status(cluster, state="notReady", reason=RECONCILE_FAILED, message=detail)
+            return 30.0
+        facts = ClusterFacts.from_environ(
+            self.env,
+            namespace=self.namespace,
+            owner_uid=str(_meta(cluster).get("uid") or "") or None,
+            service_monitor_crd=prereq.service_monitor,
+            kubernetes_version=prereq.version,
+        )
+        try:
+            operands = render_operands(model, facts)
+        except RenderError as exc:
+            await self.set_status(cluster, state="notReady", reason=RECONCILE_FAILED, message=str(exc))
+            return 30.0
+
+        desired_keys: set[tuple[str, str, str]] = set()
+        workloads = []
+        for operand in operands:
+            for obj in operand.objects:
+                meta = _meta(obj)
+                desired_keys.add((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
+                await self.apply(obj)
+                if obj["kind"] in ("DaemonSet", "Deployment"):
+                    workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
+        await self.prune(str(_meta(cluster).get("uid") or ""), desired_keys)
+        await self.label_nodes()
+
+        statuses = []
+        for kind, namespace, name in workloads:
+            live = self.state.get(kind, name, namespace)
+            if live is not None:
+                statuses.append(workload_status(live))
+            else:
+                statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
+        ready = all(s.ready for s in statuses)
+        stock = inventory(self.state.list("ResourceSlice"), self.state.list("ResourceClaim"))
+        if ready:
+            await self.set_status(
+                cluster, state="ready", reason="Reconciled", message="all operands are ready", inventory=stock
+            )
+            return 60.0
+        await self.set_status(
+            cluster, state="notReady", reason=OPERANDS_NOT_READY, message=not_ready_message(statuses), inventory=stock
+        )
+        return 5.0
+
+    async def _add_finalizer(self, cluster: Mapping[str, Any]) -> None:
+        meta = _meta(cluster)
+        finalizers = [*(meta.get("finalizers") or []), FINALIZER]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        result = await self._write(
+            "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
+        )
+        result.setdefault("kind", "GPUCluster")
+        self.state.upsert("GPUCluster", result)
+
+    async def _label_namespace(self) -> None:
+        ns = self.state.get("Namespace", self.namespace)
+        if ns is not None and (_meta(ns).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
+            return
+        body = {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}}
+        result = await self._write(
+            "PATCH", f"/api/v1/namespaces/{self.namespace}", body=body, content_type="application/merge-patch+json"
+        )
+        result.setdefault("kind", "Namespace")
+        self.state.upsert("Namespace", result)
+
+    async def prune(self, uid: str, desired: set[tuple[str, str, str]]) -> None:
+        """Delete objects this GPUCluster controls that no operand renders any more (and only those)."""
+        if not uid:
+            return
+        for kind in OWNED_KINDS:
+            for obj in self.state.list(kind):
+                meta = _meta(obj)
+                key = (kind, str(meta.get("namespace") or ""), str(meta.get("name")))
+                labels = meta.get("labels") or {}
+                if key in desired or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY:
+                    continue
+                if not _owned_by(obj, uid) or STATE_LABEL not in labels or meta.get("deletionTimestamp"):
+                    continue
+                log.info("deleting %s %s/%s: its operand is disabled", kind, key[1], key[2])
+                await self.delete(obj)
+
+    async def label_nodes(self) -> None:
+        mode = self.env.get("DEFAULT_GPU_ALLOCATION_MODE")
+        busy = nodes_with_claims(self.state.list("ResourceClaim"))
+        for node in self.state.list("Node"):
+            name = str(_meta(node).get("name"))
+            patch = label_patch(node, mode, name in busy)
+            if not patch:
+                continue
+            result = await self._write(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                body={"metadata": {"labels": patch}},
+                content_type="application/merge-patch+json",
+            )
+            result.setdefault("kind", "Node")
+            self.state.upsert("Node", result)
+
+    async def finalize(self, cluster: Mapping[str, Any]) -> float:
+        """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""
+        meta = _meta(cluster)
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return 60.0
+        uid = str(meta.get("uid") or "")
+        draining = []
+        for ds in self.state.list("DaemonSet"):
+            template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+            if not _owned_by(ds, uid) or not template.get("resourceClaims"):
+                continue
+            draining.append(str(_meta(ds).get("name")))
+            if not _meta(ds).get("deletionTimestamp"):
+                await self.delete(ds, propagation="Foreground")
+        if draining:
+            await self.event(
+                cluster, "Normal", "DrainingClaimConsumers",
+                f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}",
+            )  # fmt: skip
+            return 5.0
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        await self._write(
+            "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
+        )
+        return 60.0

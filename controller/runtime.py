@@ -1,0 +1,193 @@
+"""The controller process: informers, a rate-limited reconcile loop, leader election, health.
+
+All replicas keep their caches warm; only the Lease holder reconciles. Any watched change marks
+the singleton dirty; reconciles are serialized, at least ``min_interval`` apart, retried with
+exponential backoff on errors, and requeued as the reconciler asks (5 s while not ready, 60 s
+when ready).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from controller.reconcile import Reconciler, owned_resources
+from gpucluster.clusterstate import ClusterState
+from gpucluster.kube.client import Kube, KubeError
+from gpucluster.kube.reflector import RESOURCES, Reflector, Resource
+
+log = logging.getLogger("gpucluster.controller")
+
+WATCHED = ["GPUCluster", "ClusterPolicy", "Node", "Namespace", "ResourceSlice", "ResourceClaim"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "gpucluster_controller_reconciles", "Reconcile passes.", ["result"], registry=self.registry
+        )
+        self.duration = Histogram(
+            "gpucluster_controller_reconcile_duration_seconds", "Reconcile pass duration.", registry=self.registry
+        )
+        self.writes = Counter(
+            "gpucluster_controller_api_writes", "API writes made by reconciles.", registry=self.registry
+        )
+        self.leader = Gauge(
+            "gpucluster_controller_leader", "1 while this replica holds the lease.", registry=self.registry
+        )
+        self.ready = Gauge(
+            "gpucluster_controller_gpucluster_ready", "1 when the GPUCluster is ready.", registry=self.registry
+        )
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespace: str = "gpu-operator",
+        env: Mapping[str, str] | None = None,
+        min_interval: float = 0.2,
+        identity: str | None = None,
+        leader_election: bool = True,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.state = ClusterState()
+        self.reconciler = Reconciler(kube, self.state, namespace=namespace, env=dict(env or {}))
+        self.min_interval = min_interval
+        self.metrics = Metrics()
+        self.dirty = asyncio.Event()
+        self.synced = False
+        self.passes = 0
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.leader_election = leader_election
+
+    def _resources(self) -> list[Resource]:
+        resources = [RESOURCES[k] for k in WATCHED]
+        return resources + owned_resources()
+
+    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self.dirty.set()
+
+    async def _wait_synced(self, kinds: list[str]) -> None:
+        while not self.state.synced(kinds):
+            await asyncio.sleep(0.05)
+        self.synced = True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        resources = self._resources()
+        reflectors = [
+            asyncio.create_task(Reflector(self.kube, r, self.state, on_event=self._on_event).run()) for r in resources
+        ]
+        tasks: list[asyncio.Task[Any]] = list(reflectors)
+        elector = None
+        if self.leader_election:
+            from controller.leader import LeaderElector
+
+            elector = LeaderElector(self.kube, self.namespace, "gpucluster-controller", self.identity)
+            tasks.append(asyncio.create_task(elector.run(stop)))
+
+        async def wake_on_stop() -> None:
+            await stop.wait()
+            self.dirty.set()
+
+        tasks.append(asyncio.create_task(wake_on_stop()))
+        try:
+            await self._wait_synced([r.kind for r in resources])
+            await self._loop(stop, elector)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(self, stop: asyncio.Event, elector: Any) -> None:
+        backoff = 0.5
+        next_run = 0.0
+        while not stop.is_set():
+            if elector is not None and not elector.is_leader.is_set():
+                self.metrics.leader.set(0)
+                waiter = asyncio.create_task(elector.is_leader.wait())
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                continue
+            self.metrics.leader.set(1)
+            timeout = max(0.0, next_run - time.monotonic())
+            if not self.dirty.is_set() and timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.dirty.wait(), timeout)
+            if stop.is_set():
+                return
+            self.dirty.clear()
+            started = time.monotonic()
+            before = self.reconciler.writes
+            try:
+                requeue = await self.reconciler.reconcile()
+                self.metrics.reconciles.labels("ok").inc()
+                backoff = 0.5
+            except (KubeError, OSError, TimeoutError) as exc:
+                log.warning("reconcile failed error=%s retry_in=%.1fs", exc, backoff)
+                self.metrics.reconciles.labels("error").inc()
+                requeue, backoff = backoff, min(backoff * 2, 60.0)
+            self.passes += 1
+            self.metrics.duration.observe(time.monotonic() - started)
+            self.metrics.writes.inc(self.reconciler.writes - before)
+            cluster = self.state.get("GPUCluster", "gpu-cluster")
+            self.metrics.ready.set(1 if cluster and (cluster.get("status") or {}).get("state") == "ready" else 0)
+            next_run = time.monotonic() + requeue
+            await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
+
+
+def health_app(controller: Controller) -> web.Application:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if not controller.synced:
+            return web.Response(status=503, text="caches not synced\n")
+        return web.Response(text="ok\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(controller.metrics.registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def run_controller(
+    kube: Kube,
+    namespace: str,
+    env: Mapping[str, str],
+    stop: asyncio.Event,
+    *,
+    health_port: int | None = None,
+    leader_election: bool = True,
+) -> Controller:
+    """Run the controller until ``stop`` is set; serves /healthz, /readyz, /metrics on ``health_port``."""
+    controller = Controller(kube, namespace=namespace, env=env, leader_election=leader_election)
+    runner = None
+    if health_port is not None:
+        runner = web.AppRunner(health_app(controller), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", health_port).start()
+    try:
+        await controller.run(stop)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+    return controller

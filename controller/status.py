@@ -1,0 +1,143 @@
+"""Operand readiness and the GPUCluster status (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+READY = "Ready"
+ERROR = "Error"
+
+# Reasons (CamelCase, as metav1.Condition requires).
+RECONCILED = "Reconciled"
+OPERANDS_NOT_READY = "OperandsNotReady"
+PREREQUISITE_NOT_MET = "PrerequisiteNotMet"
+RECONCILE_FAILED = "ReconcileFailed"
+NOT_SINGLETON = "NotSingleton"
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    kind: str
+    name: str
+    ready: bool
+    detail: str
+
+
+def workload_status(obj: Mapping[str, Any]) -> WorkloadStatus:
+    """Readiness of a DaemonSet or Deployment from its status, as `kubectl rollout status` judges it."""
+    kind = str(obj.get("kind"))
+    name = str((obj.get("metadata") or {}).get("name"))
+    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    status = obj.get("status") or {}
+    observed = int(status.get("observedGeneration") or 0)
+    if observed < generation:
+        return WorkloadStatus(kind, name, False, "update not yet observed")
+    if kind == "DaemonSet":
+        desired = int(status.get("desiredNumberScheduled") or 0)
+        updated = int(status.get("updatedNumberScheduled") or 0)
+        available = int(status.get("numberAvailable") or 0)
+        ready = updated >= desired and available >= desired
+        return WorkloadStatus(kind, name, ready, f"{available}/{desired} pods available, {updated} updated")
+    replicas = int((obj.get("spec") or {}).get("replicas", 1) or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    available = int(status.get("availableReplicas") or 0)
+    ready = updated >= replicas and available >= replicas
+    return WorkloadStatus(kind, name, ready, f"{available}/{replicas} replicas available, {updated} updated")
+
+
+def not_ready_message(workloads: Iterable[WorkloadStatus]) -> str:
+    waiting = [f"{w.kind} {w.name}: {w.detail}" for w in workloads if not w.ready]
+    return "waiting for " + "; ".join(waiting) if waiting else ""
+
+
+def condition(
+    previous: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+) -> dict[str, Any]:
+    """A metav1.Condition; ``lastTransitionTime`` moves only when the status changes."""
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == type_), None)
+    since = (
+        str(old["lastTransitionTime"]) if old and old.get("status") == value and old.get("lastTransitionTime") else now
+    )
+    return {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
+
+
+def desired_status(
+    previous: Mapping[str, Any] | None,
+    *,
+    state: str,
+    namespace: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    inventory: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole status: state ready|notReady|disabled and the Ready and Error conditions."""
+    prev = previous or {}
+    conditions = list(prev.get("conditions") or [])
+    ok = state == "ready"
+    error = state == "notReady" and reason not in (OPERANDS_NOT_READY,)
+    status: dict[str, Any] = {
+        "state": state,
+        "namespace": namespace,
+        "observedGeneration": generation,
+        "conditions": [
+            condition(conditions, READY, ok, RECONCILED if ok else reason, message, generation, now),
+            condition(conditions, ERROR, error, reason if error else READY, message if error else "", generation, now),
+        ],
+    }
+    if inventory is not None:
+        status["inventory"] = dict(inventory)
+    return status
+
+
+def inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """GPUs the NVIDIA driver publishes: nodes, full GPUs, MIG devices, allocated, per product."""
+    nodes: set[str] = set()
+    gpus = mig = 0
+    products: dict[str, int] = {}
+    for resource_slice in slices:
+        spec = resource_slice.get("spec") or {}
+        if spec.get("driver") != "gpu.nvidia.com":
+            continue
+        if spec.get("nodeName"):
+            nodes.add(str(spec["nodeName"]))
+        for device in spec.get("devices") or []:
+            attributes = device.get("attributes") or {}
+            kind = (attributes.get("type") or {}).get("string")
+            product = (attributes.get("productName") or {}).get("string")
+            if kind == "gpu":
+                gpus += 1
+            elif kind == "mig":
+                mig += 1
+            if product:
+                products[str(product)] = products.get(str(product), 0) + 1
+    allocated = 0
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("driver") == "gpu.nvidia.com" and not result.get("adminAccess"):
+                allocated += 1
+    return {
+        "nodes": len(nodes),
+        "gpus": gpus,
+        "migDevices": mig,
+        "allocated": allocated,
+        "products": [{"productName": p, "count": n} for p, n in sorted(products.items())],
+    }

@@ -1,0 +1,61 @@
+"""``gpucluster controller``: reconcile the GPUCluster into the DRA stack."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import signal
+
+from controller.runtime import run_controller
+from gpucluster import logs
+from gpucluster.commands import Subparsers
+from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.kube.client import Kube
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "controller",
+        help="reconcile the GPUCluster into the DRA stack",
+        description=(
+            "Watch the GPUCluster singleton and reconcile it into its operands (DRA driver, DCGM, DCGM Exporter, "
+            "DRA validator), label GPU nodes, and report status. Replicas elect a leader through a Lease."
+        ),
+    )
+    parser.add_argument("--namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
+    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics")
+    parser.add_argument("--no-leader-election", action="store_true", help="reconcile without holding the Lease")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(func=run)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    try:
+        kube = await Kube.connect(args.kubeconfig)
+    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
+        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_controller(
+            kube, args.namespace, dict(os.environ), stop,
+            health_port=args.health_port, leader_election=not args.no_leader_election,
+        )  # fmt: skip
+    finally:
+        await kube.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_format, args.log_level)
+    gc.collect()
+    gc.freeze()
+    asyncio.run(_main(args))
+    return EXIT_OK

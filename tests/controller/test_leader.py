@@ -1,0 +1,65 @@
+"""Lease leader election against the sandbox: one leader at a time, hand-over when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from controller.leader import LeaderElector
+from gpucluster.kube.client import Kube
+from sandbox.server import Sandbox
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    sandbox = Sandbox()
+    await sandbox.start()
+    client = await Kube.connect(str(sandbox.kubeconfig_path))
+    await client.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}},
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+        await sandbox.stop()
+
+
+def elector(kube: Kube, identity: str) -> LeaderElector:
+    return LeaderElector(kube, "gpu-operator", "gpucluster-controller", identity,
+                         lease_duration=1.0, renew_deadline=0.8, retry_period=0.1)  # fmt: skip
+
+
+async def test_one_leader_and_hand_over(kube: Kube) -> None:
+    a, b = elector(kube, "replica-a"), elector(kube, "replica-b")
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    task_a = asyncio.create_task(a.run(stop_a))
+    await asyncio.wait_for(a.is_leader.wait(), 5)
+    task_b = asyncio.create_task(b.run(stop_b))
+    await asyncio.sleep(0.5)
+    assert a.is_leader.is_set() and not b.is_leader.is_set()
+    stop_a.set()  # the leader shuts down and releases the lease
+    await task_a
+    await asyncio.wait_for(b.is_leader.wait(), 5)
+    lease = await kube.get("/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller")
+    assert lease["spec"]["holderIdentity"] == "replica-b"
+    assert lease["spec"]["leaseTransitions"] >= 1
+    stop_b.set()
+    await task_b
+
+
+async def test_a_crashed_leader_is_replaced_after_the_lease_expires(kube: Kube) -> None:
+    a, b = elector(kube, "replica-a"), elector(kube, "replica-b")
+    task_a = asyncio.create_task(a.run(asyncio.Event()))
+    await asyncio.wait_for(a.is_leader.wait(), 5)
+    task_a.cancel()  # killed: no release
+    await asyncio.gather(task_a, return_exceptions=True)
+    stop_b = asyncio.Event()
+    task_b = asyncio.create_task(b.run(stop_b))
+    await asyncio.wait_for(b.is_leader.wait(), 5)
+    stop_b.set()
+    await task_b

@@ -1,0 +1,268 @@
+"""The controller against the sandbox API server: from a GPUCluster to ready operands and back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.reconcile import FINALIZER
+from controller.runtime import Controller
+from gpucluster.api.crd import gpucluster_crd
+from gpucluster.dra.simulate import cluster_nodes
+from gpucluster.kube.client import Kube, KubeError
+from sandbox.server import Sandbox
+
+ENV = {
+    "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",
+    "DCGM_EXPORTER_IMAGE": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",
+    "DCGM_IMAGE": "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
+    "DEFAULT_GPU_ALLOCATION_MODE": "dra",
+}
+GC_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
+CLUSTERPOLICY_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterpolicies.nvidia.com"},
+    "spec": {
+        "group": "nvidia.com",
+        "names": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies", "singular": "clusterpolicy"},
+        "scope": "Cluster",
+        "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}  # fmt: skip
+
+
+class Env:
+    def __init__(self, sandbox: Sandbox, kube: Kube) -> None:
+        self.sandbox = sandbox
+        self.kube = kube
+        self.controller: Controller | None = None
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def start_controller(self, **kwargs: Any) -> Controller:
+        self.controller = Controller(self.kube, namespace="gpu-operator", env=ENV, min_interval=0.05, **kwargs)
+        self.task = asyncio.create_task(self.controller.run(self.stop))
+        return self.controller
+
+    async def wait(self, predicate: Any, timeout: float = 10.0) -> Any:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("condition not reached in time")
+            await asyncio.sleep(0.05)
+
+    async def gpucluster(self) -> dict[str, Any] | None:
+        try:
+            return await self.kube.get(f"{GC_PATH}/gpu-cluster")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def make_workloads_ready(self) -> None:
+        """Stand in for the DaemonSet/Deployment controllers the core sandbox does not run."""
+        for kind, plural in (("DaemonSet", "daemonsets"), ("Deployment", "deployments")):
+            listed = await self.kube.get(f"/apis/apps/v1/namespaces/gpu-operator/{plural}")
+            for obj in listed.get("items") or []:
+                name, generation = obj["metadata"]["name"], obj["metadata"].get("generation", 1)
+                if kind == "DaemonSet":
+                    status = {"observedGeneration": generation, "desiredNumberScheduled": 2, "currentNumberScheduled": 2,
+                              "numberReady": 2, "numberAvailable": 2, "updatedNumberScheduled": 2, "numberMisscheduled": 0}  # fmt: skip
+                else:
+                    replicas = obj["spec"].get("replicas", 1)
+                    status = {"observedGeneration": generation, "replicas": replicas, "readyReplicas": replicas,
+                              "availableReplicas": replicas, "updatedReplicas": replicas}  # fmt: skip
+                await self.kube.request(
+                    "PATCH", f"/apis/apps/v1/namespaces/gpu-operator/{plural}/{name}/status",
+                    body={"status": status}, content_type="application/merge-patch+json",
+                )  # fmt: skip
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    sandbox = Sandbox()
+    await sandbox.start()
+    kube = await Kube.connect(str(sandbox.kubeconfig_path))
+    await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=gpucluster_crd())
+    await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=CLUSTERPOLICY_CRD)
+    await kube.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}},
+    )
+    for node in cluster_nodes(3, 8):
+        node["metadata"].pop("uid", None)
+        await kube.request("POST", "/api/v1/nodes", body=node)
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu-node", "labels": {"kubernetes.io/hostname": "cpu-node"}},
+    }
+    await kube.request("POST", "/api/v1/nodes", body=cpu)
+    e = Env(sandbox, kube)
+    try:
+        yield e
+    finally:
+        e.stop.set()
+        if e.task is not None:
+            await asyncio.wait_for(e.task, 10)
+        await kube.close()
+        await sandbox.stop()
+
+
+GPUCLUSTER = yaml.safe_load("""
+apiVersion: nvidia.com/v1alpha1
+kind: GPUCluster
+metadata: {name: gpu-cluster}
+spec: {}
+""")
+
+
+async def test_gpucluster_becomes_ready_and_steady_state_writes_nothing(env: Env) -> None:
+    controller = await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def not_ready() -> Any:
+        gc = await env.gpucluster()
+        return gc if gc and (gc.get("status") or {}).get("state") == "notReady" else None
+
+    gc = await env.wait(not_ready)
+    assert FINALIZER in gc["metadata"]["finalizers"]
+    ready_cond = next(c for c in gc["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_cond["status"] == "False" and ready_cond["reason"] == "OperandsNotReady"
+    assert gc["status"]["namespace"] == "gpu-operator"
+
+    classes = await env.kube.get("/apis/resource.k8s.io/v1/deviceclasses")
+    names = sorted(c["metadata"]["name"] for c in classes["items"])
+    assert names == ["compute-domain-daemon.nvidia.com", "compute-domain-default-channel.nvidia.com",
+                     "gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]  # fmt: skip
+    ns = await env.kube.get("/api/v1/namespaces/gpu-operator")
+    assert ns["metadata"]["labels"]["resource.kubernetes.io/admin-access"] == "true"
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in (await env.kube.get("/api/v1/nodes"))["items"]}
+    assert nodes["gpu-node-0"]["nvidia.com/gpu.deploy.dra-driver"] == "true"
+    assert nodes["gpu-node-0"]["nvidia.com/gpu.present"] == "true"
+    assert "nvidia.com/gpu.deploy.dra-driver" not in nodes["cpu-node"]
+
+    await env.make_workloads_ready()
+
+    async def ready() -> Any:
+        gc = await env.gpucluster()
+        return gc if gc and (gc.get("status") or {}).get("state") == "ready" else None
+
+    gc = await env.wait(ready)
+    assert next(c for c in gc["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+    # Steady state: three resyncs, zero writes.
+    writes = controller.reconciler.writes
+    passes = controller.passes
+    for _ in range(3):
+        controller.dirty.set()
+        await env.wait(lambda p=passes: _passed(controller, p))
+        passes = controller.passes
+    assert controller.reconciler.writes == writes
+
+
+async def _passed(controller: Controller, passes: int) -> bool:
+    return controller.passes > passes
+
+
+async def test_clusterpolicy_gives_not_ready_with_prerequisite_condition(env: Env) -> None:
+    await env.kube.request("POST", "/apis/nvidia.com/v1/clusterpolicies",
+                           body={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}, "spec": {}})  # fmt: skip
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def blocked() -> Any:
+        gc = await env.gpucluster()
+        conds = {c["type"]: c for c in ((gc or {}).get("status") or {}).get("conditions") or []}
+        return conds if conds.get("Error", {}).get("reason") == "PrerequisiteNotMet" else None
+
+    conds = await env.wait(blocked)
+    assert conds["Error"]["status"] == "True"
+    assert "ClusterPolicy cluster-policy exists" in conds["Error"]["message"]
+    assert (await env.kube.get("/apis/resource.k8s.io/v1/deviceclasses"))["items"] == []
+
+
+async def test_turning_compute_domains_off_removes_their_objects(env: Env) -> None:
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def has_controller() -> Any:
+        got = await env.kube.get("/apis/apps/v1/namespaces/gpu-operator/deployments")
+        return [d["metadata"]["name"] for d in got["items"]]
+
+    assert await env.wait(has_controller) == ["nvidia-dra-driver-controller"]
+    await env.kube.request("PATCH", f"{GC_PATH}/gpu-cluster", body={"spec": {"draDriver": {"computeDomains": {"enabled": False}}}},
+                           content_type="application/merge-patch+json")  # fmt: skip
+
+    async def gone() -> bool:
+        deployments = (await env.kube.get("/apis/apps/v1/namespaces/gpu-operator/deployments"))["items"]
+        classes = {
+            c["metadata"]["name"] for c in (await env.kube.get("/apis/resource.k8s.io/v1/deviceclasses"))["items"]
+        }
+        return not deployments and classes == {"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"}
+
+    await env.wait(gone)
+    ds = await env.kube.get("/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-dra-driver-kubelet-plugin")
+    assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["gpus"]
+
+
+async def test_objects_we_do_not_own_are_never_deleted(env: Env) -> None:
+    mine = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "tpu.example.com", "labels": {"app.kubernetes.io/managed-by": "gpucluster"}},
+            "spec": {"selectors": [{"cel": {"expression": "true"}}]}}  # fmt: skip
+    await env.kube.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=mine)
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def classes() -> Any:
+        got = {c["metadata"]["name"] for c in (await env.kube.get("/apis/resource.k8s.io/v1/deviceclasses"))["items"]}
+        return got if "gpu.nvidia.com" in got else None
+
+    assert "tpu.example.com" in await env.wait(classes)
+
+
+async def test_deleting_the_gpucluster_drains_claim_consumers_first(env: Env) -> None:
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def exporter() -> Any:
+        try:
+            return await env.kube.get("/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-dcgm-exporter")
+        except KubeError:
+            return None
+
+    await env.wait(exporter)
+    await env.kube.request("DELETE", f"{GC_PATH}/gpu-cluster")
+
+    async def drained_event() -> Any:
+        events = (await env.kube.get("/api/v1/namespaces/default/events"))["items"]
+        return [e for e in events if e["reason"] == "DrainingClaimConsumers"]
+
+    [event, *_] = await env.wait(drained_event)
+    assert "nvidia-dcgm-exporter" in event["message"]
+    assert event["involvedObject"]["kind"] == "GPUCluster"
+
+    async def deleted() -> bool:
+        return await env.gpucluster() is None
+
+    await env.wait(deleted)
+    remaining = (await env.kube.get("/apis/apps/v1/namespaces/gpu-operator/daemonsets"))["items"]
+    assert not [d for d in remaining if d["spec"]["template"]["spec"].get("resourceClaims")]
+
+
+async def test_a_second_gpucluster_is_disabled(env: Env) -> None:
+    await env.start_controller()
+    other = {**GPUCLUSTER, "metadata": {"name": "other"}}
+    with pytest.raises(KubeError) as err:
+        await env.kube.request("POST", GC_PATH, body=other)
+    assert err.value.status == 422  # the CRD's singleton rule stops it before the controller sees it
