@@ -20,6 +20,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from controller.explain import REASON as EXPLAIN_REASON
+from controller.explain import Explainer
 from controller.reconcile import Reconciler, owned_resources
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube, KubeError
@@ -27,7 +29,9 @@ from gpucluster.kube.reflector import RESOURCES, Reflector, Resource
 
 log = logging.getLogger("gpucluster.controller")
 
-WATCHED = ["GPUCluster", "ClusterPolicy", "Node", "Namespace", "ResourceSlice", "ResourceClaim"]
+WATCHED = ["GPUCluster", "ClusterPolicy", "Node", "Namespace", "ResourceSlice", "ResourceClaim", "DeviceClass"]
+# Only pending pods matter (explanations); a field selector keeps the cache small.
+PENDING_PODS = Resource("Pod", "/api/v1/pods", field_selector="status.phase=Pending")
 
 
 class Metrics:
@@ -65,6 +69,7 @@ class Controller:
         self.namespace = namespace
         self.state = ClusterState()
         self.reconciler = Reconciler(kube, self.state, namespace=namespace, env=dict(env or {}))
+        self.explainer = Explainer(self.state)
         self.min_interval = min_interval
         self.metrics = Metrics()
         self.dirty = asyncio.Event()
@@ -74,8 +79,9 @@ class Controller:
         self.leader_election = leader_election
 
     def _resources(self) -> list[Resource]:
-        resources = [RESOURCES[k] for k in WATCHED]
-        return resources + owned_resources()
+        owned = owned_resources()
+        # DeviceClasses are both ours and read for explanations: watch them all.
+        return [RESOURCES[k] for k in WATCHED] + [r for r in owned if r.kind not in WATCHED] + [PENDING_PODS]
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
         self.dirty.set()
@@ -135,6 +141,9 @@ class Controller:
             before = self.reconciler.writes
             try:
                 requeue = await self.reconciler.reconcile()
+                for pod, claims, reason in self.explainer.explanations():
+                    for obj in (pod, *claims):
+                        await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
                 self.metrics.reconciles.labels("ok").inc()
                 backoff = 0.5
             except (KubeError, OSError, TimeoutError) as exc:

@@ -1072,3 +1072,21 @@ def test_multiple_claims_are_labelled_in_text() -> None:
         "claim default/a, request gpu: 2/2 devices usable, need 1",
         "claim default/b, request gpu: 2/2 devices usable, need 1",
     ]
+
+
+def test_one_line_sums_over_nodes_for_events() -> None:
+    from gpucluster.dra.allocator import explain as explain_claims
+    from tests.fixtures import load_fixture
+
+    gpu_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+                 "spec": {"selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}  # fmt: skip
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2,
+                      "selectors": [{"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'}}]}}]}}}  # fmt: skip
+    cluster = [gpu_class, *load_fixture("h100-node"), *load_fixture("l4-node")]
+    result = explain_claims([claim], cluster)
+    assert result.one_line() == (
+        '0/12 devices usable for request gpu on 2 nodes, need 2 on one node: 12 selector #0 false (productName == "NVIDIA B200")'
+    )
+    claim["spec"]["devices"]["requests"][0]["exactly"].pop("selectors")
+    assert explain_claims([claim], cluster).one_line() == ""

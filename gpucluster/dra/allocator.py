@@ -19,6 +19,7 @@ the API server would reject raises :class:`AllocatorInputError`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,6 +132,47 @@ class Explanation:
             "errors": list(self.errors),
         }
 
+    def one_line(self) -> str:
+        """Why the claims cannot be allocated anywhere, summed over nodes, for events and warnings.
+
+        For example ``0/24 devices usable for request gpu on 3 nodes: 16 selector #0 false
+        (productName ...), 8 in use``. Empty when some node fits.
+        """
+        if self.satisfiable:
+            return ""
+        if self.errors:
+            return self.errors[0]
+        totals: dict[tuple[str, str], list[Any]] = {}
+        for n in self.nodes:
+            for report in n.requests:
+                entry = totals.setdefault(
+                    (report.claim, report.request), [0, 0, Counter(), dict(report.selectors), report.mode, report.count]
+                )
+                entry[0] += report.considered
+                entry[1] += report.usable
+                entry[2].update(_category(reason) for _, reason in report.rejections)
+        if not totals:
+            notes = [note for n in self.nodes for note in n.notes]
+            return notes[0] if notes else f"no node offers devices for the claims ({len(self.nodes)} nodes)"
+        multi = len({claim for claim, _ in totals}) > 1
+        parts = []
+        for (claim, request), (considered, usable, counts, selectors, mode, count) in totals.items():
+            line = f"{usable}/{considered} devices usable for {_request_label(claim, request, multi)}"
+            line += f" on {len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''}"
+            if mode != "All":
+                line += f", need {count} on one node"
+            reasons = []
+            for category, count in counts.most_common(3):
+                reason = f"{count} {category}"
+                expression = selectors.get(category.removesuffix(" false"))
+                if expression is not None:
+                    reason += f" ({_shorten(_DEVICE_PREFIX.sub('', expression), 48)})"
+                reasons.append(reason)
+            if reasons:
+                line += ": " + ", ".join(reasons)
+            parts.append(line)
+        return "; ".join(parts)
+
     def to_text(self) -> str:
         fits = [n for n in self.nodes if n.satisfiable]
         lines = []
@@ -204,6 +246,10 @@ def _summary(report: RequestReport, multi: bool, *, text: bool = False) -> str:
             parts.append(part)
         line += "; " + ", ".join(parts)
     return line
+
+
+# device.attributes["gpu.nvidia.com"].productName -> productName, for one-line summaries.
+_DEVICE_PREFIX = re.compile(r"""device\.(?:attributes|capacity)\[["'][^"']*["']\]\.""")
 
 
 def _shorten(expression: str, limit: int = 80) -> str:

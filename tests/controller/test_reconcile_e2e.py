@@ -266,3 +266,38 @@ async def test_a_second_gpucluster_is_disabled(env: Env) -> None:
     with pytest.raises(KubeError) as err:
         await env.kube.request("POST", GC_PATH, body=other)
     assert err.value.status == 422  # the CRD's singleton rule stops it before the controller sees it
+
+
+async def test_a_pod_pending_on_an_impossible_claim_gets_an_explaining_event(env: Env) -> None:
+    from tests.fixtures import load_fixture
+
+    for resource_slice in load_fixture("h100-node"):
+        resource_slice["metadata"].pop("ownerReferences", None)
+        await env.kube.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=resource_slice)
+    await env.kube.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body={
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})  # fmt: skip
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "b200", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1,
+                      "selectors": [{"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'}}]}}]}}}  # fmt: skip
+    await env.kube.request("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", body=claim)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wants-b200", "namespace": "default"},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "b200"}],
+                    "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]}}  # fmt: skip
+    await env.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod)
+    await env.start_controller()
+
+    async def explained() -> Any:
+        events = (await env.kube.get("/api/v1/namespaces/default/events"))["items"]
+        return [e for e in events if e["reason"] == "ClaimUnsatisfiable"]
+
+    events = await env.wait(explained)
+    kinds = {e["involvedObject"]["kind"] for e in events}
+    assert kinds == {"Pod", "ResourceClaim"} or kinds == {"Pod"} or kinds == {"ResourceClaim"}
+    await asyncio.sleep(0.3)
+    events = await explained()
+    assert {e["involvedObject"]["kind"] for e in events} == {"Pod", "ResourceClaim"}
+    assert len(events) == 2  # once per object: the reason did not change
+    assert events[0]["message"] == (
+        '0/8 devices usable for request gpu on 5 nodes, need 1 on one node: 8 selector #0 false (productName == "NVIDIA B200")'
+    )

@@ -107,14 +107,7 @@ def _why_not(claim: Mapping[str, Any], cluster: ClusterState) -> str | None:
         result = explain([dict(claim)], objects)
     except AllocatorInputError as exc:
         return str(exc)
-    if result.satisfiable:
-        return None
-    if result.errors:
-        return result.errors[0]
-    for node in result.nodes:
-        if node.reasons:
-            return f"{node.node}: {node.reasons[0]}"
-    return "no node publishes devices for it"
+    return result.one_line() or None
 
 
 def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
@@ -161,5 +154,5 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
         elif not admin:
             why = _why_not({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": request.name or "claim", "namespace": namespace}, "spec": spec}, cluster)  # fmt: skip
             if why:
-                warnings.append(short_warning(f"no node fits this claim ({why})"))
+                warnings.append(short_warning(f"unsatisfiable: {why}"))
     return Verdict.allow(*warnings)

@@ -1,0 +1,98 @@
+"""Explain pods pending on GPU claims: run the allocator over the cached slices, post an Event.
+
+A pod that waits for its ResourceClaims to be allocated gets one Event (on the pod and on each
+unallocated claim) with a one-line reason, such as ``0/24 devices usable for request gpu on 3
+nodes, need 2 on one node: 16 selector #0 false (productName == "NVIDIA B200"), 8 in use``; a new
+Event only when the reason changes, and at most one per pod per ``min_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucluster.clusterstate import ClusterState
+from gpucluster.dra.allocator import explain
+from gpucluster.dra.model import AllocatorInputError
+
+REASON = "ClaimUnsatisfiable"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def pod_claims(pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, Any]] | None:
+    """The pod's ResourceClaims, or None while any of them does not exist yet."""
+    namespace = str(_meta(pod).get("namespace") or "")
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(s, dict)
+    }
+    claims = []
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
+        if not name:
+            return None
+        claim = state.get("ResourceClaim", str(name), namespace)
+        if claim is None:
+            return None
+        claims.append(claim)
+    return claims
+
+
+def pending_on_claims(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    return phase == "Pending" and not spec.get("nodeName") and bool(spec.get("resourceClaims"))
+
+
+@dataclass
+class Explainer:
+    state: ClusterState
+    min_interval: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _last: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def explanations(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
+        """(pod, unallocated claims, reason) for pods whose claims no node can satisfy now."""
+        out = []
+        cluster: list[dict[str, Any]] | None = None
+        live: set[str] = set()
+        for pod in self.state.list("Pod"):
+            if not pending_on_claims(pod):
+                continue
+            claims = pod_claims(pod, self.state)
+            if not claims:
+                continue
+            waiting = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+            if not waiting:
+                continue
+            uid = str(_meta(pod).get("uid") or _meta(pod).get("name"))
+            live.add(uid)
+            if cluster is None:
+                cluster = [
+                    *self.state.list("ResourceSlice"),
+                    *self.state.list("DeviceClass"),
+                    *self.state.list("Node"),
+                    *(c for c in self.state.list("ResourceClaim") if (c.get("status") or {}).get("allocation")),
+                ]
+            try:
+                reason = explain(waiting, cluster).one_line()
+            except AllocatorInputError as exc:
+                reason = str(exc)
+            if not reason:
+                continue  # satisfiable: the scheduler will get to it
+            last = self._last.get(uid)
+            now = self.clock()
+            if last is not None and (last[0] == reason or now - last[1] < self.min_interval):
+                continue
+            self._last[uid] = (reason, now)
+            out.append((pod, waiting, reason))
+        for uid in set(self._last) - live:
+            del self._last[uid]
+        return out
