@@ -314,7 +314,8 @@ class Reconciler:
             for obj in operand.objects:
                 meta = _meta(obj)
                 desired_keys.add((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
-                await self.apply(obj)
+                if await self.apply(obj) and (obj.get("spec") or {}).get("extendedResourceName"):
+                    await self._check_extended_resource(cluster, obj)
                 if obj["kind"] in ("DaemonSet", "Deployment"):
                     workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
         await self.prune(str(_meta(cluster).get("uid") or ""), desired_keys)
@@ -338,6 +339,17 @@ class Reconciler:
             cluster, state="notReady", reason=OPERANDS_NOT_READY, message=not_ready_message(statuses), inventory=stock
         )
         return 5.0
+
+    async def _check_extended_resource(self, cluster: Mapping[str, Any], device_class: Mapping[str, Any]) -> None:
+        """An API server without DRAExtendedResource drops the field: say so, the webhook translates instead."""
+        live = self.state.get("DeviceClass", str(_meta(device_class).get("name"))) or {}
+        if not (live.get("spec") or {}).get("extendedResourceName"):
+            await self.event(
+                cluster, "Warning", "ExtendedResourceNotServed",
+                f"the API server dropped spec.extendedResourceName of DeviceClass {_meta(device_class).get('name')}: "
+                "enable the DRAExtendedResource feature gate; until then the admission webhook translates "
+                f"{(device_class.get('spec') or {}).get('extendedResourceName')} requests",
+            )  # fmt: skip
 
     async def _add_finalizer(self, cluster: Mapping[str, Any]) -> None:
         meta = _meta(cluster)

@@ -144,6 +144,9 @@ def render_dra_driver(cluster: gc.GPUCluster, facts: ClusterFacts) -> list[Obj]:
     if cd:
         classes.update(COMPUTE_DOMAIN_DEVICE_CLASSES)
     objs += [_device_class(ctx, name, expression) for name, expression in classes.items()]
+    if spec.gpus.extendedResourceName:
+        gpu_class = next(o for o in objs if o["kind"] == "DeviceClass" and o["metadata"]["name"] == "gpu.nvidia.com")
+        gpu_class["spec"]["extendedResourceName"] = spec.gpus.extendedResourceName
     objs += _resourceslices_policy(ctx)
     if facts.openshift:
         service_accounts = [KUBELET_PLUGIN_SA] + ([COMPUTE_DOMAIN_DAEMON_SA] if cd else [])

@@ -146,7 +146,12 @@ def gpucluster_crd() -> dict[str, Any]:
                         {"name": "Nodes", "type": "integer", "jsonPath": ".status.inventory.nodes", "priority": 1},
                         {"name": "GPUs", "type": "integer", "jsonPath": ".status.inventory.gpus", "priority": 1},
                         {"name": "MIG", "type": "integer", "jsonPath": ".status.inventory.migDevices", "priority": 1},
-                        {"name": "Allocated", "type": "integer", "jsonPath": ".status.inventory.allocated", "priority": 1},
+                        {
+                            "name": "Allocated",
+                            "type": "integer",
+                            "jsonPath": ".status.inventory.allocated",
+                            "priority": 1,
+                        },
                     ],
                 }
             ],

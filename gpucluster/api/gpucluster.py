@@ -91,11 +91,28 @@ class ComputeDomainsKubeletPluginSpec(KubeletPluginSpec):
     )
 
 
+EXTENDED_RESOURCE_NAME = Annotated[
+    StrictStr,
+    Field(
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+    ),
+]
+
+
 class GPUsSpec(KubeModel):
     """The gpu.nvidia.com capability of the DRA driver. Always deployed; there is no enabled toggle."""
 
     kubeletPlugin: KubeletPluginSpec = Field(
         default_factory=KubeletPluginSpec, description="The gpus container of the kubelet-plugin DaemonSet."
+    )
+    extendedResourceName: EXTENDED_RESOURCE_NAME | None = Field(
+        default=None,
+        description=(
+            "Opt in to Kubernetes' native extended-resource mapping (DRAExtendedResource): set this, for example "
+            "to nvidia.com/gpu, on the gpu.nvidia.com DeviceClass so that pods requesting it are allocated by "
+            "the scheduler through DRA. Needs the feature gate on the API server; the admission webhook's auto "
+            "mode then leaves such pods alone."
+        ),
     )
 
 

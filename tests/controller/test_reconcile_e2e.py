@@ -301,3 +301,18 @@ async def test_a_pod_pending_on_an_impossible_claim_gets_an_explaining_event(env
     assert events[0]["message"] == (
         '0/8 devices usable for request gpu on 5 nodes, need 1 on one node: 8 selector #0 false (productName == "NVIDIA B200")'
     )
+
+
+async def test_native_extended_resource_mapping_is_set_when_asked(env: Env) -> None:
+    await env.start_controller()
+    body = {**GPUCLUSTER, "spec": {"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/gpu"}}}}
+    await env.kube.request("POST", GC_PATH, body=body)
+
+    async def mapped() -> Any:
+        try:
+            dc = await env.kube.get("/apis/resource.k8s.io/v1/deviceclasses/gpu.nvidia.com")
+        except KubeError:
+            return None
+        return dc["spec"].get("extendedResourceName")
+
+    assert await env.wait(mapped) == "nvidia.com/gpu"
