@@ -316,3 +316,41 @@ async def test_native_extended_resource_mapping_is_set_when_asked(env: Env) -> N
         return dc["spec"].get("extendedResourceName")
 
     assert await env.wait(mapped) == "nvidia.com/gpu"
+
+
+async def _objects(env: Env) -> list[tuple[str, str]]:
+    out = []
+    for path, kind in (("/apis/apps/v1/namespaces/gpu-operator/daemonsets", "DaemonSet"),
+                       ("/apis/apps/v1/namespaces/gpu-operator/deployments", "Deployment"),
+                       ("/apis/resource.k8s.io/v1/deviceclasses", "DeviceClass"),
+                       ("/api/v1/namespaces/gpu-operator/serviceaccounts", "ServiceAccount"),
+                       ("/apis/rbac.authorization.k8s.io/v1/clusterroles", "ClusterRole")):  # fmt: skip
+        out += [(kind, o["metadata"]["name"]) for o in (await env.kube.get(path))["items"]]
+    return sorted(out)
+
+
+async def test_faults_conflicts_500s_and_a_restart_converge_without_duplicates(env: Env) -> None:
+    faults = env.sandbox.faults
+    faults.fail_next("daemonsets", 409, 2)
+    faults.fail_next("deviceclasses", 500, 3)
+    faults.fail_next("gpuclusters", 409, 1, verbs=["patch"])
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+
+    async def reconciled() -> Any:
+        gc = await env.gpucluster()
+        return gc if gc and (gc.get("status") or {}).get("state") == "notReady" else None
+
+    await env.wait(reconciled, timeout=30)
+    await env.sandbox.restart(compact=True)  # every watch ends; re-watching gets 410 and relists
+    await env.make_workloads_ready()
+
+    async def ready() -> Any:
+        gc = await env.gpucluster()
+        return gc if gc and (gc.get("status") or {}).get("state") == "ready" else None
+
+    await env.wait(ready, timeout=30)
+    objects = await _objects(env)
+    assert len(objects) == len(set(objects))
+    assert ("DaemonSet", "nvidia-dra-driver-kubelet-plugin") in objects
+    assert sum(1 for kind, _ in objects if kind == "DeviceClass") == 5
