@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final, Literal
 
+from gpucluster.dra.ordering import Ordered
+
 __all__ = [
     "BINARY_SI",
     "DECIMAL_EXPONENT",
@@ -245,7 +247,7 @@ def _binary_nanos(significant: str, exp10: int, power: int) -> int | None:
 
 
 @dataclass(frozen=True, eq=False, slots=True)
-class Quantity:
+class Quantity(Ordered):
     """An immutable Kubernetes quantity; equality, ordering and hashing are by exact value.
 
     Build one with :meth:`parse` or :meth:`from_int`. Internally the value is
@@ -399,35 +401,8 @@ class Quantity:
         y = other._unscaled * _p10(other._scale - low)
         return (x > y) - (x < y)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) == 0
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) != 0
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) < 0
-
-    def __le__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) <= 0
-
-    def __gt__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) > 0
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.cmp(other) >= 0
+    def _order(self, other: Quantity) -> int:
+        return self.cmp(other)
 
     def __hash__(self) -> int:
         return hash(self.value)

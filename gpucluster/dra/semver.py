@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from gpucluster.dra.ordering import Ordered
+
 __all__ = ["Semver", "SemverError"]
 
 _UINT64_MAX: Final = (1 << 64) - 1
@@ -156,7 +158,7 @@ def _compare_identifiers(a: str | int, b: str | int) -> int:
 
 
 @dataclass(frozen=True, eq=False, slots=True)
-class Semver:
+class Semver(Ordered):
     """An immutable semantic version; ``==``, ``<`` and ``hash`` ignore build metadata.
 
     ``pre`` holds numeric identifiers as ``int`` and alphanumeric ones as ``str``.
@@ -190,35 +192,8 @@ class Semver:
                 return c
         return (len(pa) > len(pb)) - (len(pa) < len(pb))
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) == 0
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) != 0
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) < 0
-
-    def __le__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) <= 0
-
-    def __gt__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) > 0
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, Semver):
-            return NotImplemented
-        return self.compare(other) >= 0
+    def _order(self, other: Semver) -> int:
+        return self.compare(other)
 
     def __hash__(self) -> int:
         return hash((self.major, self.minor, self.patch, self.pre))
