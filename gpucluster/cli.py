@@ -21,7 +21,18 @@ CONTRACT = [
     "webhook", "controller", "run", "sandbox", "validate", "render",
     "admit", "match", "explain", "migrate", "audit", "certs",
 ]  # fmt: skip
-IMPLEMENTED = {"validate", "admit", "webhook", "explain", "render", "match", "sandbox", "controller"}
+IMPLEMENTED = {
+    "validate",
+    "admit",
+    "webhook",
+    "explain",
+    "render",
+    "match",
+    "sandbox",
+    "controller",
+    "migrate",
+    "audit",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,7 +42,7 @@ def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _opted_out(pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None) -> str | None:
+def opted_out(pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None) -> str | None:
     meta = _meta(pod)
     for where, values in (("pod label", meta.get("labels")), ("pod annotation", meta.get("annotations"))):
         if isinstance(values, dict) and str(values.get(TRANSLATE_LABEL, "")).lower() == "false":
@@ -194,7 +194,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     if namespace == settings.operator_namespace:
         return Verdict.allow(outcome="skipped")
     config = WEBHOOK_CONFIG
-    if _opted_out(pod, cluster.namespace_labels(namespace)):
+    if opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
     native = native_resources(cluster)
     config_key: Any = None

@@ -1,0 +1,392 @@
+"""Find the workloads of a live cluster that still request GPUs through extended resources.
+
+The core of ``gpucluster audit``: a pure function of the objects listed from the cluster
+(:func:`audit`), returning one :class:`Finding` per workload.
+
+What counts
+-----------
+An object is *legacy* when its pod spec (a Pod's ``spec``; the pod template of a ReplicaSet,
+Deployment, StatefulSet, DaemonSet or Job; a CronJob's job template) asks for a GPU-looking
+extended resource (``nvidia.com/gpu*``, ``nvidia.com/mig-*``, the names the webhook looks at) in
+any container's limits or requests. A workload's template counts even when it runs no pod (a
+Deployment scaled to 0 comes back with legacy pods when scaled up).
+
+Owner chains and grouping
+-------------------------
+Owners are followed through ``metadata.ownerReferences`` (the controller reference, else the
+first), Pod -> ReplicaSet -> Deployment, Pod -> Job -> CronJob, Pod -> StatefulSet ... An owner
+that was not listed (a custom resource: PyTorchJob, Workflow, ...) ends the chain. Legacy objects
+are reported under the highest legacy object of their chain, so a Deployment, its ReplicaSets and
+their pods are one finding. An owner whose template is already migrated stops the climb: its
+legacy ReplicaSet (a rollout in progress) is reported on its own, or not at all when it runs no
+pod (an old revision kept for rollbacks). Pods whose owner was not listed are reported under that
+owner.
+
+What the webhook would do
+-------------------------
+The webhook only acts when a pod is created. For each finding a Pod is synthesised from the
+workload's pod template (a live pod's metadata and spec for bare pods and custom-resource owners)
+and run through the webhook's own admission code (:func:`webhook.admission.admit_request`) with
+the cluster's Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims. The action is
+``translate`` (new pods get DRA claims), ``warn`` (audit mode: only warnings) or ``skip``, with the
+reason in the webhook's order: translation off, operator namespace, opt-out label or annotation
+(pod or namespace), native mapping by a DeviceClass ``extendedResourceName`` (DRAExtendedResource),
+then the translation's own reasons (requests it cannot translate, pod already translated, pod
+already claiming the same DeviceClass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from gpucluster.clusterstate import ClusterState
+from gpucluster.jsonutil import clone
+from gpucluster.translate import parse_quantity
+from webhook.admission import admit_request
+from webhook.review import AdmissionRequest
+from webhook.rules.pods import WEBHOOK_CONFIG, native_resources, opted_out
+from webhook.settings import TRANSLATE_LABEL, Settings
+
+__all__ = ["WORKLOAD_KINDS", "Finding", "Ref", "audit", "pod_template", "requested_gpus"]
+
+# Kinds whose pod spec the audit reads, and where their pod template is.
+WORKLOAD_KINDS: Mapping[str, tuple[str, ...]] = {
+    "Pod": (),
+    "ReplicaSet": ("spec", "template"),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+_KIND_ORDER = {kind: i for i, kind in enumerate(("Pod", "ReplicaSet", "Job", "Deployment", "StatefulSet", "DaemonSet"))}
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "name": self.name}
+
+
+@dataclass
+class Finding:
+    """A workload that still requests GPUs through extended resources."""
+
+    namespace: str
+    kind: str
+    name: str
+    chain: list[Ref]  # from the lowest object (a pod when one runs) up to the root owner
+    pods: int  # live pods that still hold extended-resource GPU requests
+    translated_pods: int  # live pods the webhook already translated
+    gpus: dict[str, str]  # resource -> quantity per pod
+    action: str  # translate | warn | skip
+    reason: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def workload(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def chain_kinds(self) -> str:
+        return " -> ".join(ref.kind for ref in self.chain)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "kind": self.kind,
+            "name": self.name,
+            "chain": [ref.to_json() for ref in self.chain],
+            "pods": self.pods,
+            "translatedPods": self.translated_pods,
+            "gpus": dict(self.gpus),
+            "webhook": {"action": self.action, "reason": self.reason},
+            "notes": list(self.notes),
+        }
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _dict(obj.get("metadata"))
+
+
+def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``{metadata, spec}`` of the pods ``obj`` makes (the pod itself for a Pod); None when absent."""
+    path = WORKLOAD_KINDS.get(str(obj.get("kind")))
+    if path is None:
+        return None
+    node: Any = obj
+    for key in path:
+        node = _dict(node).get(key)
+    return node if isinstance(node, Mapping) and isinstance(node.get("spec"), Mapping) else None
+
+
+def _watched(resource: str) -> bool:
+    return WEBHOOK_CONFIG.watched(resource) or WEBHOOK_CONFIG.resolve(resource) is not None
+
+
+def requested_gpus(spec: Mapping[str, Any]) -> dict[str, str]:
+    """GPU-looking extended resources a pod spec asks for, per pod: about Kubernetes' effective
+    request, the larger of the sum over regular containers and sidecars and the largest init container."""
+    regular: dict[str, Fraction] = {}
+    init: dict[str, Fraction] = {}
+    written: dict[str, str] = {}
+    for key in ("containers", "initContainers"):
+        for container in _list(spec.get(key)):
+            resources = _dict(_dict(container).get("resources"))
+            limits, requests = _dict(resources.get("limits")), _dict(resources.get("requests"))
+            for name in sorted({*limits, *requests}):
+                if not _watched(str(name)):
+                    continue
+                value = limits.get(name, requests.get(name))
+                try:
+                    amount = parse_quantity(value)
+                except ValueError:
+                    written[str(name)] = str(value)
+                    continue
+                if key == "containers" or _dict(container).get("restartPolicy") == "Always":  # sidecars too
+                    regular[str(name)] = regular.get(str(name), Fraction(0)) + amount
+                else:
+                    init[str(name)] = max(init.get(str(name), Fraction(0)), amount)
+    out: dict[str, str] = {}
+    for name in sorted({*regular, *init, *written}):
+        if name in written and name not in regular and name not in init:
+            out[name] = written[name]
+            continue
+        amount = max(regular.get(name, Fraction(0)), init.get(name, Fraction(0)))
+        out[name] = str(amount.numerator) if amount.denominator == 1 else str(float(amount))
+    return out
+
+
+def _uid_index(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str(_meta(o)["uid"]): o for o in objects if _meta(o).get("uid")}
+
+
+def _owner_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = [r for r in _list(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)]
+    for ref in refs:
+        if ref.get("controller") is True:
+            return ref
+    return refs[0] if refs else None
+
+
+def _ref(obj: Mapping[str, Any]) -> Ref:
+    return Ref(str(obj.get("kind")), str(_meta(obj).get("name") or ""))
+
+
+_Key = tuple[str, str, str]  # namespace, kind, name
+
+
+def _key(namespace: str, ref: Ref) -> _Key:
+    return (namespace, ref.kind, ref.name)
+
+
+# ----------------------------------------------------------------------------- webhook decision
+
+
+def _synthesise_pod(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The Pod the workload would create now, as the webhook would receive it."""
+    template = pod_template(obj) or {}
+    meta = _dict(template.get("metadata"))
+    spec = clone(dict(_dict(template.get("spec"))))
+    if obj.get("kind") == "Pod":
+        spec.pop("nodeName", None)  # set by the scheduler on a live pod; a new pod has none
+    pod_meta: dict[str, Any] = {"generateName": f"{_meta(obj).get('name', 'audit')}-", "namespace": namespace}
+    for key in ("labels", "annotations"):
+        if isinstance(meta.get(key), Mapping):
+            pod_meta[key] = dict(meta[key])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
+
+
+def webhook_decision(pod: dict[str, Any], namespace: str, cluster: ClusterState, settings: Settings) -> tuple[str, str]:
+    """(action, reason): what the webhook does when this pod is created."""
+    request = AdmissionRequest(
+        uid="gpucluster-audit",
+        group="",
+        version="v1",
+        kind="Pod",
+        resource="pods",
+        sub_resource="",
+        operation="CREATE",
+        name="",
+        namespace=namespace,
+        obj=pod,
+        old_obj=None,
+        dry_run=True,
+        user="gpucluster-audit",
+    )
+    verdict = admit_request(request, path="mutate", cluster=cluster, settings=settings).verdict
+    warnings = [w for w in verdict.warnings if w]
+    if verdict.outcome == "mutated":
+        devices: dict[str, int] = {}
+        for template in verdict.creates:
+            for req in _list(_dict(_dict(_dict(template.get("spec")).get("spec")).get("devices")).get("requests")):
+                exactly = _dict(_dict(req).get("exactly"))
+                cls = str(exactly.get("deviceClassName"))
+                devices[cls] = devices.get(cls, 0) + int(exactly.get("count") or 0)
+        claims = ", ".join(f"{cls}={n}" for cls, n in sorted(devices.items()))
+        reason = f"new pods get DRA claims ({claims})" if claims else "new pods get DRA claims"
+        return "translate", "; ".join([reason, *warnings])
+    if any(w.startswith("audit: would translate") for w in warnings):
+        return "warn", "webhook in audit mode: it warns, new pods keep extended resources"
+    return "skip", _skip_reason(pod, namespace, cluster, settings, warnings)
+
+
+def _skip_reason(
+    pod: Mapping[str, Any], namespace: str, cluster: ClusterState, settings: Settings, warnings: list[str]
+) -> str:
+    """Why the webhook left the pod alone, checked in the webhook's own order."""
+    if settings.translation_mode == "off":
+        return "webhook translation is off"
+    if namespace == settings.operator_namespace:
+        return f"operator namespace {namespace} is never translated"
+    where = opted_out(pod, cluster.namespace_labels(namespace))
+    if where is not None:
+        return f"opted out ({where} {TRANSLATE_LABEL}=false)"
+    native = native_resources(cluster)
+    asked = set(requested_gpus(_dict(pod.get("spec"))))
+    mapped = sorted(asked & set(native))
+    if (
+        settings.translation_mode in ("auto", "audit")
+        and mapped
+        and all(r in native or WEBHOOK_CONFIG.resolve(r) is None for r in asked)
+    ):
+        how = ", ".join(f"{r} by DeviceClass {native[r]}" for r in mapped)
+        return f"native mapping: the scheduler allocates {how} (DRAExtendedResource)"
+    if warnings:
+        return "; ".join(w.removeprefix("not translated: ") for w in warnings)
+    return "nothing the webhook translates"
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = None) -> list[Finding]:
+    """Findings for the listed objects (Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets,
+    Jobs, CronJobs, plus the Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims the
+    webhook reads), sorted by namespace, kind and name."""
+    settings = settings or Settings()
+    objects = list(objects)
+    cluster = ClusterState.from_objects(objects)
+    workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS]
+    by_uid = _uid_index(workloads)
+    by_key: dict[_Key, Mapping[str, Any]] = {_key(str(_meta(o).get("namespace") or ""), _ref(o)): o for o in workloads}
+    legacy: dict[_Key, Mapping[str, Any]] = {}
+    for key, obj in by_key.items():
+        template = pod_template(obj)
+        if template is not None and requested_gpus(_dict(template.get("spec"))):
+            legacy[key] = obj
+
+    def owner(obj: Mapping[str, Any], namespace: str) -> tuple[Ref, Mapping[str, Any] | None] | None:
+        ref = _owner_ref(obj)
+        if ref is None:
+            return None
+        found = by_uid.get(str(ref.get("uid") or ""))
+        if found is None:
+            found = by_key.get((namespace, str(ref.get("kind")), str(ref.get("name"))))
+        return Ref(str(ref.get("kind")), str(ref.get("name"))), found
+
+    def chain(obj: Mapping[str, Any], namespace: str) -> list[Ref]:
+        refs = [_ref(obj)]
+        current: Mapping[str, Any] | None = obj
+        while current is not None and len(refs) < 16:
+            up = owner(current, namespace)
+            if up is None:
+                break
+            refs.append(up[0])
+            current = up[1]
+        return refs
+
+    # The finding each legacy object belongs to: its highest legacy ancestor, or an owner not listed.
+    anchors: dict[_Key, _Key] = {}
+    migrated_owner: dict[_Key, Ref] = {}
+    for key, obj in legacy.items():
+        namespace = key[0]
+        current_key, current = key, obj
+        for _ in range(16):
+            up = owner(current, namespace)
+            if up is None:
+                break
+            ref, found = up
+            if found is None:
+                current_key = _key(namespace, ref)
+                break
+            found_key = _key(namespace, _ref(found))
+            if found_key not in legacy:
+                migrated_owner[current_key] = ref
+                break
+            current_key, current = found_key, found
+        anchors[key] = current_key
+
+    members: dict[_Key, list[_Key]] = {}
+    for key, anchor in anchors.items():
+        members.setdefault(anchor, []).append(key)
+
+    translated: dict[_Key, int] = {}
+    for key, obj in by_key.items():
+        if key[1] != "Pod" or key in legacy:
+            continue
+        annotations = _dict(_meta(obj).get("annotations"))
+        if WEBHOOK_CONFIG.annotation not in annotations:
+            continue
+        up = owner(obj, key[0])
+        if up is None:
+            continue
+        ref, found = up
+        owner_key = _key(key[0], _ref(found) if found is not None else ref)
+        anchor = anchors.get(owner_key, owner_key)
+        translated[anchor] = translated.get(anchor, 0) + 1
+
+    findings: list[Finding] = []
+    for anchor, keys in members.items():
+        namespace = anchor[0]
+        pods = sorted((k for k in keys if k[1] == "Pod"), key=lambda k: k[2])
+        anchor_obj = legacy.get(anchor)
+        old_revision = anchor in migrated_owner
+        if old_revision and not pods:
+            continue  # an old revision kept for rollbacks runs nothing
+        # The lowest member shows the chain: a pod when one runs, else the deepest object.
+        lowest = pods[0] if pods else min(keys, key=lambda k: (_KIND_ORDER.get(k[1], 99), k[2]))
+        refs = chain(legacy[lowest], namespace)
+        source = anchor_obj if anchor_obj is not None else legacy[pods[0]]
+        pod = _synthesise_pod(source, namespace)
+        action, reason = webhook_decision(pod, namespace, cluster, settings)
+        notes: list[str] = []
+        if old_revision:
+            notes.append(f"owner {migrated_owner[anchor]} is already migrated; these pods are from an older revision")
+        if anchor_obj is None:
+            notes.append(f"owner {anchor[1]}/{anchor[2]} was not listed; decision from pod {pods[0][2]}")
+        findings.append(
+            Finding(
+                namespace=namespace,
+                kind=anchor[1],
+                name=anchor[2],
+                chain=refs,
+                pods=len(pods),
+                translated_pods=translated.get(anchor, 0),
+                gpus=requested_gpus(_dict(pod.get("spec"))),
+                action=action,
+                reason=reason,
+                notes=notes,
+            )
+        )
+    return sorted(findings, key=lambda f: (f.namespace, f.kind, f.name))

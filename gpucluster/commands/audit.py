@@ -1,0 +1,193 @@
+"""``gpucluster audit [--kubeconfig F] [-o table|json]``: workloads that still request GPUs the legacy way.
+
+Lists (paginated) Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and
+Namespaces, plus DeviceClasses, ResourceClaimTemplates and ResourceClaims (the webhook's view;
+skipped when ``resource.k8s.io/v1`` is not served) and MutatingWebhookConfigurations (to tell
+whether our pod webhook is installed; skipped when not allowed); a kind the server does not
+serve counts as empty. Then it reports through
+:func:`gpucluster.audit.audit`. Exit 0 when no workload requests GPUs through extended
+resources, 1 when some do, 2 on error (bad kubeconfig, API server unreachable, list forbidden).
+
+``-o json`` prints ``{"webhookInstalled": true|false|null, "workloads": [...]}``, each workload
+``{"namespace", "kind", "name", "chain": [{"kind", "name"}, ...], "pods", "translatedPods",
+"gpus": {resource: quantity per pod}, "webhook": {"action": "translate"|"warn"|"skip", "reason"},
+"notes": [...]}``; ``chain`` runs from the lowest object (a pod when one runs) to the root owner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import aiohttp
+
+from gpucluster.audit import Finding, audit
+from gpucluster.commands import Subparsers
+from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from gpucluster.kube.client import Kube, KubeError, KubeObject
+from gpucluster.kube.paths import plural
+from webhook.admission import hooks
+from webhook.settings import TRANSLATION_MODES, Settings
+
+# (apiVersion, kind, required): a kind the server does not serve (404) has no objects; a list that is
+# forbidden (403) is an error for a required kind and skipped for an optional one.
+LISTED: tuple[tuple[str, str, bool], ...] = (
+    ("v1", "Namespace", True),
+    ("v1", "Pod", True),
+    ("apps/v1", "ReplicaSet", True),
+    ("apps/v1", "Deployment", True),
+    ("apps/v1", "StatefulSet", True),
+    ("apps/v1", "DaemonSet", True),
+    ("batch/v1", "Job", True),
+    ("batch/v1", "CronJob", True),
+    ("resource.k8s.io/v1", "DeviceClass", False),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
+    ("resource.k8s.io/v1", "ResourceClaim", False),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", False),
+)
+PAGE_SIZE = 500
+POD_HOOK = hooks("mutate")[("", "Pod")].name
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="list workloads in a cluster that still request GPUs through extended resources",
+        description=(
+            "List the workloads of the cluster whose pods (or pod templates) still request nvidia.com/gpu or "
+            "nvidia.com/mig-* extended resources: owner chain, namespace, GPUs per pod, and what the webhook does "
+            "when it creates their pods. Exit 0 none found, 1 some found, 2 error."
+        ),
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--translation-mode",
+        choices=TRANSLATION_MODES,
+        default="auto",
+        help="the webhook's translation mode to assume (default auto)",
+    )
+    parser.add_argument("--operator-namespace", default="gpu-operator", help="the webhook's operator namespace")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    objects, installed = asyncio.run(collect(args.kubeconfig))
+    settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
+    findings = audit(objects, settings=settings)
+    if args.output == "json":
+        out = {"webhookInstalled": installed, "workloads": [f.to_json() for f in findings]}
+        print(json.dumps(out, indent=2))
+    elif findings:
+        print(table(findings), end="")
+    if installed is False:
+        print(
+            f"note: the gpucluster pod webhook is not installed (no MutatingWebhookConfiguration has {POD_HOOK}): "
+            "pods are created exactly as their manifests say",
+            file=sys.stderr,
+        )
+    pods = sum(f.pods for f in findings)
+    if findings:
+        print(
+            f"gpucluster audit: {len(findings)} workload{'' if len(findings) == 1 else 's'} "
+            f"({pods} running pod{'' if pods == 1 else 's'}) still request GPUs through extended resources",
+            file=sys.stderr,
+        )
+        return EXIT_NEGATIVE
+    print("gpucluster audit: no workload requests GPUs through extended resources", file=sys.stderr)
+    return EXIT_OK
+
+
+def table(findings: list[Finding]) -> str:
+    header = ("NAMESPACE", "WORKLOAD", "OWNER CHAIN", "PODS", "GPUS/POD", "WEBHOOK", "REASON")
+    rows = [
+        (
+            f.namespace or "-",
+            f.workload,
+            f.chain_kinds,
+            str(f.pods),
+            ",".join(f"{name}={qty}" for name, qty in f.gpus.items()) or "-",
+            f.action,
+            "; ".join([f.reason, *f.notes]),
+        )
+        for f in findings
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("   ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _collection(api_version: str, kind: str) -> str:
+    name, _ = plural(api_version, kind)
+    return f"/api/{api_version}/{name}" if "/" not in api_version else f"/apis/{api_version}/{name}"
+
+
+async def list_all(kube: Kube, api_version: str, kind: str, *, page_size: int = PAGE_SIZE) -> list[KubeObject]:
+    """Every object of a kind, across namespaces, page by page (``limit`` and ``continue``)."""
+    path = _collection(api_version, kind)
+    items: list[KubeObject] = []
+    token = ""
+    while True:
+        query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
+        page = await kube.get(path, query)
+        for item in page.get("items") or []:
+            if isinstance(item, dict):
+                item.setdefault("kind", kind)  # list items arrive without kind/apiVersion
+                item.setdefault("apiVersion", api_version)
+                items.append(item)
+        token = str((page.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return items
+
+
+async def _list_kind(kube: Kube, api_version: str, kind: str, required: bool) -> list[KubeObject] | None:
+    try:
+        return await list_all(kube, api_version, kind)
+    except KubeError as exc:
+        if exc.status == 404 or (not required and exc.status == 403):
+            return None  # not served (a kind this cluster lacks has no objects), or not ours to read
+        raise InputError(f"cannot list {plural(api_version, kind)[0]}: {exc}") from None
+
+
+async def collect(kubeconfig: str | None) -> tuple[list[KubeObject], bool | None]:
+    """The objects the audit reads, and whether our pod webhook is installed (None: not known)."""
+    if kubeconfig is not None and not os.path.isfile(kubeconfig):
+        raise InputError(f"--kubeconfig {kubeconfig}: no such file")
+    try:
+        kube = await Kube.connect(kubeconfig)
+    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
+        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    try:
+        answers = await asyncio.gather(
+            *(_list_kind(kube, av, kind, required) for av, kind, required in LISTED), return_exceptions=True
+        )
+    finally:
+        await kube.close()
+    lists: list[list[KubeObject] | None] = []
+    for answer in answers:
+        if isinstance(answer, TimeoutError | aiohttp.ClientError | OSError):
+            host = getattr(kube.api.configuration, "host", "the API server")
+            raise InputError(f"cannot reach {host}: {answer or type(answer).__name__}")
+        if isinstance(answer, BaseException):
+            raise answer
+        lists.append(answer)
+    objects: list[KubeObject] = []
+    installed: bool | None = None
+    for (_, kind, _), items in zip(LISTED, lists, strict=True):
+        if kind == "MutatingWebhookConfiguration":
+            if items is not None:
+                installed = any(_has_pod_hook(config) for config in items)
+            continue
+        objects.extend(items or [])
+    return objects, installed
+
+
+def _has_pod_hook(config: dict[str, Any]) -> bool:
+    return any(isinstance(h, dict) and h.get("name") == POD_HOOK for h in config.get("webhooks") or [])

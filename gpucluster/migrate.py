@@ -1,0 +1,1057 @@
+"""Rewrite manifests that request GPUs through extended resources into DRA form.
+
+The core of ``gpucluster migrate``: a pure function of a manifest's text (:func:`migrate_text`),
+returning the migrated text and a report. The translation is :mod:`gpucluster.translate`, the
+webhook's own, so a migrated manifest runs exactly the pods the webhook would have made of it.
+
+Where pod templates are found
+-----------------------------
+Structurally, in every object of the stream (documents, and the items of a ``List``):
+
+* a ``Pod`` (``apiVersion: v1``): the object itself;
+* anywhere below the top of an object, a mapping shaped like a PodTemplateSpec,
+  ``{metadata?, spec: {containers: [...]}}``: Deployments, StatefulSets, DaemonSets, ReplicaSets,
+  Jobs (``spec.template``), CronJobs (``spec.jobTemplate.spec.template``), ``PodTemplate``, and
+  custom resources that embed pod templates (Kubeflow ``PyTorchJob``/``MPIJob``/``TFJob`` replica
+  specs, JobSet, LeaderWorkerSet, RayCluster ...). The top level of other kinds is never taken
+  for a pod template (a KServe ``ServingRuntime`` has ``spec.containers`` but no pod spec);
+* Argo Workflows (``Workflow``, ``WorkflowTemplate``, ``ClusterWorkflowTemplate``,
+  ``CronWorkflow``): each entry of ``templates`` is one pod, made of ``container`` or ``script``
+  (the ``main`` container), ``containerSet.containers``, ``sidecars`` and ``initContainers``.
+  Argo templates have no ``resourceClaims`` field, so the pod's claims go into the template's
+  ``podSpecPatch`` (a strategic merge patch Argo applies to the pod spec; an existing patch,
+  JSON or YAML, is extended), the containers' ``resources.claims`` stay on the containers, and the
+  annotation goes to the template's ``metadata.annotations``. A template whose ``podSpecPatch``
+  itself sets GPU requests (typically a count from a parameter) is not migrated: a count known
+  only at submit time cannot be a ResourceClaimTemplate;
+* KServe ``InferenceService``: ``spec.predictor``, ``spec.transformer`` and ``spec.explainer``
+  inline a pod spec; the framework container (``model``, ``pytorch``, ``triton`` ...; named
+  ``kserve-container`` by KServe) comes first, then ``containers``; claims go to the component's
+  ``resourceClaims``, the annotation to the component's ``annotations`` (KServe copies both to the
+  pods). ``predictor.workerSpec`` (multi-node) is its own inline pod spec.
+
+GPU requests anywhere else (``limits``/``requests`` outside these pod specs, such as a
+``ServingRuntime``'s containers or a TrainJob's ``resourcesPerNode``, and manifests or patches
+embedded in strings) are reported as not migrated, with where they are.
+
+What is left alone
+------------------
+* what the translation itself refuses (request different from limit, fractional or invalid
+  quantities, resources it does not know such as ``nvidia.com/gpu.shared``, a pod already
+  translated ...): reported as problems, with the translation's own words;
+* a pod template that opts out of translation (``opt_out_label`` set to ``"false"`` in its labels
+  or annotations, the webhook's opt-out): reported as a note, not as a problem;
+* a pod spec that uses YAML anchors, aliases or merge keys: editing a shared node would change
+  every place that refers to it, so it is reported as a problem (expand the aliases first).
+
+What the output looks like
+--------------------------
+* Each pod spec is translated by :func:`gpucluster.translate.translate_pod_spec`; the annotation
+  recording the original requests goes on the pod template's metadata (the pods carry it), never
+  on the workload's own metadata.
+* The ResourceClaimTemplates the pods need are added as new documents, once per output file and
+  namespace (their names derive from their content, so equal requests share one), each placed
+  immediately *before* the first document that uses it: ``kubectl apply -f`` creates objects in
+  file order, so the template exists when the first pod asks for it. A template already in the
+  input is not added again. Templates get the namespace of the workload; a workload without
+  ``metadata.namespace`` gets templates without one, which ``kubectl apply`` puts in the same
+  namespace as the workload (the context's, or ``-n``).
+* YAML stays YAML, multi-document streams keep their order, and only documents that change are
+  re-serialised (ruamel.yaml round trip, comments and quoting kept, indentation detected per
+  document); every other document, separator and comment is copied byte for byte. JSON input
+  gives JSON output; a single JSON object that needs templates becomes a ``v1`` ``List`` (templates
+  first), a JSON ``List`` gets them as items.
+* Migrating twice is migrating once: a migrated pod spec asks for no extended resource any more,
+  and an input that needs nothing comes back as the very same text.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, MutableSequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from itertools import pairwise
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark, YAMLError
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.representer import RoundTripRepresenter
+from ruamel.yaml.scalarstring import LiteralScalarString
+from ruamel.yaml.tokens import CommentToken
+
+from gpucluster.errors import InputError
+from gpucluster.translate import DEFAULT_CONFIG, Translation, TranslationConfig, translate_pod_spec
+
+__all__ = ["MigrateResult", "Workload", "migrate_text"]
+
+Path = tuple[str | int, ...]
+
+ARGO_KINDS = frozenset({"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"})
+KSERVE_COMPONENTS = ("predictor", "transformer", "explainer")
+# PredictorSpec/ExplainerSpec "one-of" implementations: each inlines a corev1.Container.
+KSERVE_FRAMEWORKS = (
+    "model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface",
+    "pmml", "lightgbm", "paddle", "alibi", "art",
+)  # fmt: skip
+KSERVE_CONTAINER = "kserve-container"
+ARGO_MAIN = "main"
+
+_MENTIONS_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-)")
+_EMBEDDED_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:\s*[\"']?\d")
+
+
+@dataclass
+class Workload:
+    """One pod template of a manifest, and what migrate did to it."""
+
+    source: str
+    document: int  # 1-based, in the input stream
+    obj: str  # "Deployment ml/trainer"
+    where: str  # path of the pod template in the object: "spec.template", "spec.templates[1]" ...
+    devices: dict[str, int] = field(default_factory=dict)  # DeviceClass -> devices per pod
+    changes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    templates: list[str] = field(default_factory=list)  # ResourceClaimTemplates the pods use
+    migrated: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.devices.values())
+
+    @property
+    def label(self) -> str:
+        return f"{self.obj} ({self.where})" if self.where else self.obj
+
+
+@dataclass
+class MigrateResult:
+    """The migrated text of one input and what happened to it."""
+
+    source: str
+    text: str
+    changed: bool
+    workloads: list[Workload] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)  # "namespace/name" (or "name") of added templates
+    unhandled: list[str] = field(default_factory=list)  # GPU requests outside rewritable pod specs
+
+    @property
+    def migrated(self) -> list[Workload]:
+        return [w for w in self.workloads if w.migrated]
+
+    @property
+    def problems(self) -> list[tuple[Workload, str]]:
+        return [(w, p) for w in self.workloads for p in w.problems]
+
+    @property
+    def needs_migration(self) -> bool:
+        """Anything left asking for GPUs through extended resources (what ``--check`` fails on)."""
+        return self.changed or bool(self.problems) or bool(self.unhandled)
+
+
+# ----------------------------------------------------------------------------- plain values
+
+
+def plain(value: Any) -> Any:
+    """A ruamel.yaml value as plain JSON data (dict, list, str, int, float, bool, None)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def _fresh(value: Any, like: Any) -> Any:
+    """``value`` (plain) as a node for the tree ``like`` belongs to (round-trip or plain)."""
+    if not isinstance(like, CommentedMap | CommentedSeq):
+        return plain(value)
+    if isinstance(value, Mapping):
+        out = CommentedMap()
+        for k, v in value.items():
+            out[k] = _fresh(v, like)
+        return out
+    if isinstance(value, list):
+        return CommentedSeq([_fresh(v, like) for v in value])
+    return value
+
+
+def _mapping(value: Any) -> MutableMapping[str, Any] | None:
+    return value if isinstance(value, MutableMapping) else None
+
+
+def _seq(value: Any) -> MutableSequence[Any] | None:
+    return value if isinstance(value, MutableSequence) and not isinstance(value, str) else None
+
+
+def _fmt(path: Path) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][\w-]*", part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+# ----------------------------------------------------------------------------- comment-aware edits
+#
+# ruamel.yaml keeps a comment that follows an entry (and the blank lines after it) on the deepest
+# last scalar before it. Editing a tree naively moves such lines: a blank line that separated two
+# blocks ends up inside the first one. The helpers below move the "lines after" of a block to
+# wherever the block ends after the edit.
+
+
+def _is_flow(node: Any) -> bool:
+    fa = getattr(node, "fa", None)
+    return bool(fa is not None and fa.flow_style())
+
+
+def _last(node: Any) -> Any:
+    return next(reversed(node)) if isinstance(node, Mapping) else len(node) - 1
+
+
+def _deepest(node: Any, key: Any) -> tuple[Any, Any]:
+    while True:
+        value = node[key]
+        if isinstance(value, CommentedMap | CommentedSeq) and len(value) and not _is_flow(value):
+            node, key = value, _last(value)
+        else:
+            return node, key
+
+
+def _post_token(node: Any, key: Any, *, create: bool = False) -> CommentToken | None:
+    if not isinstance(node, CommentedMap | CommentedSeq):
+        return None
+    slot = 2 if isinstance(node, CommentedMap) else 0
+    entry = node.ca.items.get(key)
+    if entry is None:
+        if not create:
+            return None
+        entry = [None, None, None, None] if isinstance(node, CommentedMap) else [None, None]
+        node.ca.items[key] = entry
+    token = entry[slot]
+    if token is None and create:
+        token = CommentToken("\n", CommentMark(0), None)
+        entry[slot] = token
+    return token if isinstance(token, CommentToken) else None
+
+
+def _take_following(node: Any, key: Any) -> str:
+    """Remove and return the lines after the entry ``key`` (its end-of-line comment stays)."""
+    deep, deep_key = _deepest(node, key)
+    token = _post_token(deep, deep_key)
+    if token is None or not isinstance(token.value, str):
+        return ""
+    head, sep, rest = token.value.partition("\n")
+    if not rest:
+        return ""
+    token.value = head + sep
+    return rest
+
+
+def _give_following(node: Any, key: Any, text: str) -> None:
+    deep, deep_key = _deepest(node, key)
+    token = _post_token(deep, deep_key, create=True)
+    if token is None:
+        return
+    value = token.value if isinstance(token.value, str) else "\n"
+    token.value = (value if value.endswith("\n") else value + "\n") + text
+
+
+def _take_tail(node: Any) -> str:
+    if not isinstance(node, CommentedMap | CommentedSeq) or not len(node) or _is_flow(node):
+        return ""
+    return _take_following(node, _last(node))
+
+
+def _give_tail(node: Any, text: str) -> None:
+    if text and isinstance(node, CommentedMap | CommentedSeq) and len(node) and not _is_flow(node):
+        _give_following(node, _last(node), text)
+
+
+def _remove(node: Any, key: Any) -> None:
+    keys = list(node.keys()) if isinstance(node, Mapping) else list(range(len(node)))
+    position = keys.index(key)
+    following = _take_following(node, key) if position < len(keys) - 1 else ""
+    del node[key]
+    if following and position > 0:
+        _give_following(node, keys[position - 1], following)
+
+
+def sync(node: Any, new: Any) -> None:
+    """Edit ``node`` (a mapping or list, round-trip or plain) in place until it equals ``new``.
+
+    Entries that stay equal are not touched (their comments and formatting stay), removed keys
+    go, new keys are appended; the lines after a block stay after it.
+    """
+    if plain(node) == new:
+        return
+    tail = _take_tail(node)
+    if isinstance(node, MutableMapping) and isinstance(new, Mapping):
+        for key in [k for k in node if k not in new]:
+            _remove(node, key)
+        for key, value in new.items():
+            if key in node:
+                _sync_entry(node, key, value)
+            else:
+                node[key] = _fresh(value, node)
+    elif isinstance(node, MutableSequence) and isinstance(new, list):
+        for index in range(min(len(node), len(new))):
+            _sync_entry(node, index, new[index])
+        while len(node) > len(new):
+            _remove(node, len(node) - 1)
+        for value in new[len(node) :]:
+            node.append(_fresh(value, node))
+    else:  # pragma: no cover - callers hand matching kinds
+        raise TypeError(f"cannot sync {type(node).__name__} with {type(new).__name__}")
+    _give_tail(node, tail)
+
+
+def _sync_entry(node: Any, key: Any, value: Any) -> None:
+    current = node[key]
+    if plain(current) == value:
+        return
+    if (isinstance(current, MutableMapping) and isinstance(value, Mapping)) or (
+        _seq(current) is not None and isinstance(value, list)
+    ):
+        sync(current, value)
+    else:
+        node[key] = _fresh(value, node)
+
+
+def _insert(mapping: MutableMapping[str, Any], key: str, value: Any, *, before: str) -> None:
+    """Add ``key`` right before the existing key ``before``."""
+    keys = list(mapping)
+    position = keys.index(before)
+    if isinstance(mapping, CommentedMap):
+        mapping.insert(position, key, value)
+        return
+    rest = [(k, mapping.pop(k)) for k in keys[position:]]
+    mapping[key] = value
+    mapping.update(rest)
+
+
+def _set_field(parent: MutableMapping[str, Any], key: str, value: Any, *, before: str | None = None) -> None:
+    """Set ``parent[key]`` to the plain ``value``: synced when present, else added before ``before``
+    (or at the end, keeping the lines after the block after it)."""
+    if key in parent:
+        _sync_entry(parent, key, value)
+    elif before is not None and before in parent:
+        _insert(parent, key, _fresh(value, parent), before=before)
+    else:
+        tail = _take_tail(parent)
+        parent[key] = _fresh(value, parent)
+        _give_tail(parent, tail)
+
+
+def _merge_annotations(holder: MutableMapping[str, Any], annotations: Mapping[str, str]) -> None:
+    """Add ``annotations`` to ``holder["annotations"]`` (created when missing)."""
+    current = _mapping(holder.get("annotations"))
+    if current is None:
+        _set_field(holder, "annotations", dict(annotations))
+    else:
+        sync(current, {**plain(current), **annotations})
+
+
+def _annotate_template(holder: MutableMapping[str, Any], annotations: Mapping[str, str], *, before: str) -> None:
+    """Add ``annotations`` to ``holder["metadata"]["annotations"]`` (a pod template's metadata)."""
+    meta = _mapping(holder.get("metadata"))
+    if meta is None:
+        _set_field(holder, "metadata", {"annotations": dict(annotations)}, before=before)
+    else:
+        _merge_annotations(meta, annotations)
+
+
+# ----------------------------------------------------------------------------- per object
+
+
+@dataclass
+class _Context:
+    source: str
+    document: int
+    config: TranslationConfig
+    opt_out: str | None = None
+    obj: str = ""
+    namespace: str | None = None
+    workloads: list[Workload] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    unhandled: list[str] = field(default_factory=list)
+    covered: list[Path] = field(default_factory=list)
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    meta = _mapping(obj.get("metadata")) or {}
+    kind = str(obj.get("kind") or "object")
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "<unnamed>")
+    namespace = meta.get("namespace")
+    ns = str(namespace) if isinstance(namespace, str) and namespace else None
+    return (f"{kind} {ns}/{name}" if ns else f"{kind} {name}"), ns
+
+
+def _opted_out(ctx: _Context, *holders: tuple[str, Mapping[str, Any] | None]) -> str | None:
+    """Where a pod template opts out of translation (label or annotation set to "false"), as the webhook reads it."""
+    if ctx.opt_out is None:
+        return None
+    for what, holder in holders:
+        for field_name in ("labels", "annotations"):
+            values = _mapping((holder or {}).get(field_name)) or {}
+            if str(values.get(ctx.opt_out, "")).lower() == "false":
+                return f"{what} {field_name[:-1]}"
+    return None
+
+
+def _annotations_of(holder: Mapping[str, Any] | None) -> dict[str, str]:
+    values = _mapping((holder or {}).get("annotations"))
+    return {str(k): str(v) for k, v in (values or {}).items()}
+
+
+def _anchored(node: Any) -> bool:
+    """Whether ``node`` itself is shared (an anchor) or merges another node."""
+    anchor = getattr(node, "anchor", None)
+    return bool(getattr(anchor, "value", None)) or bool(isinstance(node, CommentedMap) and node.merge)
+
+
+def _uses_aliases(*nodes: Any) -> bool:
+    """Whether YAML anchors, aliases or merge keys are used inside ``nodes`` (editing a shared node
+    would change every place that refers to it)."""
+    seen: set[int] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, CommentedMap | CommentedSeq):
+            continue
+        if id(node) in seen or _anchored(node):
+            return True
+        seen.add(id(node))
+        stack.extend(node.values() if isinstance(node, CommentedMap) else node)
+    return False
+
+
+def _translate(
+    ctx: _Context,
+    where: Path,
+    pod_spec: dict[str, Any],
+    annotations: Mapping[str, str],
+    apply: Callable[[Translation], None],
+    opted_out: str | None = None,
+    aliased: bool = False,
+) -> Workload | None:
+    """Translate one (possibly synthesised) pod spec; record it when it asks for GPUs."""
+    if opted_out:
+        if _requests_gpus(pod_spec, ctx.config):
+            note = f"opted out ({opted_out} {ctx.opt_out}=false); left as it is"
+            ctx.workloads.append(Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), notes=[note]))
+        return None
+    translation = translate_pod_spec(
+        pod_spec, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
+    )
+    if not translation.changed and not translation.problems:
+        return None
+    workload = Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), problems=list(translation.problems))
+    ctx.workloads.append(workload)
+    if translation.changed and aliased:
+        workload.problems.append("uses YAML anchors, aliases or merge keys; expand them, then migrate")
+    elif translation.changed:
+        apply(translation)
+        workload.migrated = True
+        workload.devices = dict(translation.devices)
+        workload.changes = list(translation.changes)
+        workload.templates = [str(t["metadata"]["name"]) for t in translation.templates]
+        ctx.templates.extend(translation.templates)
+    return workload
+
+
+def _pod_template(ctx: _Context, holder: MutableMapping[str, Any], where: Path) -> None:
+    """``{metadata?, spec: PodSpec}``: the spec is translated as a whole, annotations on metadata."""
+    spec = holder["spec"]
+    ctx.covered.append((*where, "spec"))
+    meta = _mapping(holder.get("metadata"))
+
+    def apply(translation: Translation) -> None:
+        sync(spec, translation.pod_spec)
+        _annotate_template(holder, translation.annotations, before="spec")
+
+    aliased = _uses_aliases(spec) or (
+        _uses_aliases(meta.get("annotations")) if meta is not None and "annotations" in meta else _anchored(meta)
+    )
+    _translate(ctx, where, plain(spec), _annotations_of(meta), apply, _opted_out(ctx, ("pod", meta)), aliased)
+
+
+def _is_pod_template(node: Mapping[str, Any]) -> bool:
+    spec = _mapping(node.get("spec"))
+    if spec is None:
+        return False
+    containers = _seq(spec.get("containers"))
+    return containers is not None and all(isinstance(c, Mapping) for c in containers)
+
+
+def _walk_templates(ctx: _Context, node: Any, where: Path) -> None:
+    if any(where[: len(c)] == c for c in ctx.covered):
+        return
+    mapping = _mapping(node)
+    if mapping is not None:
+        if where and _is_pod_template(mapping):
+            _pod_template(ctx, mapping, where)
+            return
+        for key, value in list(mapping.items()):
+            _walk_templates(ctx, value, (*where, str(key)))
+        return
+    items = _seq(node)
+    if items is not None:
+        for index, value in enumerate(items):
+            _walk_templates(ctx, value, (*where, index))
+
+
+class _Parts:
+    """A pod spec assembled from containers that live in different places of an object."""
+
+    def __init__(self) -> None:
+        self.spec: dict[str, Any] = {}
+        self.nodes: dict[str, list[tuple[MutableMapping[str, Any], str | None]]] = {}
+
+    def add(self, field_name: str, node: Any, default_name: str | None = None) -> None:
+        container = _mapping(node)
+        if container is None:
+            return
+        copy = plain(container)
+        injected = None
+        if default_name is not None and not copy.get("name"):
+            copy["name"] = default_name
+            injected = "name"
+        self.spec.setdefault(field_name, []).append(copy)
+        self.nodes.setdefault(field_name, []).append((container, injected))
+
+    @property
+    def empty(self) -> bool:
+        return not self.nodes
+
+    def apply(self, translated: Mapping[str, Any]) -> None:
+        for field_name, nodes in self.nodes.items():
+            for (node, injected), new in zip(nodes, translated[field_name], strict=True):
+                value = dict(new)
+                if injected:
+                    value.pop(injected, None)
+                sync(node, value)
+
+
+def _kserve(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
+    spec = _mapping(obj.get("spec"))
+    if spec is None:
+        return
+    for component in KSERVE_COMPONENTS:
+        comp = _mapping(spec.get(component))
+        if comp is None:
+            continue
+        where: Path = ("spec", component)
+        ctx.covered.append(where)
+        parts = _Parts()
+        for name in KSERVE_FRAMEWORKS:
+            if _mapping(comp.get(name)) is not None:
+                parts.add("containers", comp[name], KSERVE_CONTAINER)
+        for container in _seq(comp.get("containers")) or []:
+            parts.add("containers", container)
+        for container in _seq(comp.get("initContainers")) or []:
+            parts.add("initContainers", container)
+        if not parts.empty:
+            pod_spec = dict(parts.spec)
+            claims = _seq(comp.get("resourceClaims"))
+            if claims is not None:
+                pod_spec["resourceClaims"] = plain(claims)
+
+            def apply(translation: Translation, comp: MutableMapping[str, Any] = comp, parts: _Parts = parts) -> None:
+                parts.apply(translation.pod_spec)
+                _set_field(comp, "resourceClaims", translation.pod_spec["resourceClaims"])
+                _merge_annotations(comp, translation.annotations)
+
+            meta = _mapping(obj.get("metadata"))
+            annotations = {**_annotations_of(meta), **_annotations_of(comp)}
+            opted_out = _opted_out(ctx, ("component", comp), ("InferenceService", meta))
+            _translate(ctx, where, pod_spec, annotations, apply, opted_out, _uses_aliases(comp))
+        worker = _mapping(comp.get("workerSpec"))
+        if worker is not None and _seq(worker.get("containers")) is not None:
+
+            def apply_worker(translation: Translation, worker: MutableMapping[str, Any] = worker) -> None:
+                sync(worker, translation.pod_spec)
+
+            found = _translate(
+                ctx, (*where, "workerSpec"), plain(worker), {}, apply_worker, aliased=_uses_aliases(worker)
+            )
+            if found is not None and found.migrated:
+                found.notes.append("workerSpec has no pod annotations: the original requests are not recorded")
+
+
+def _parse_patch(text: str) -> tuple[Any, str]:
+    """An Argo podSpecPatch as data, and its format ("json" or "yaml"); raises ValueError."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(stripped), "json"
+        except json.JSONDecodeError:
+            pass
+    try:
+        return YAML(typ="rt").load(text), "yaml"
+    except YAMLError as exc:
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else "invalid YAML") from None
+
+
+def _dump_patch(data: Any, style: str, original: str) -> str:
+    if style == "json":
+        return json.dumps(plain(data))
+    out = io.StringIO()
+    _yaml(_guess_style(original)).dump(data, out)
+    return out.getvalue()
+
+
+def _requests_gpus(spec: Any, config: TranslationConfig) -> list[str]:
+    found: list[str] = []
+    mapping = _mapping(spec) or {}
+    for key in ("initContainers", "containers"):
+        for container in _seq(mapping.get(key)) or []:
+            resources = _mapping((_mapping(container) or {}).get("resources")) or {}
+            for section in ("limits", "requests"):
+                for name in _mapping(resources.get(section)) or {}:
+                    if config.watched(str(name)) or config.resolve(str(name)) is not None:
+                        found.append(str(name))
+    return sorted(set(found))
+
+
+def _argo(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
+    spec = _mapping(obj.get("spec"))
+    base: Path = ("spec",)
+    if spec is not None and obj.get("kind") == "CronWorkflow":
+        spec, base = _mapping(spec.get("workflowSpec")), ("spec", "workflowSpec")
+    if spec is None:
+        return
+    for index, template in enumerate(_seq(spec.get("templates")) or []):
+        tmpl = _mapping(template)
+        if tmpl is not None:
+            where: Path = (*base, "templates", index)
+            ctx.covered.append(where)
+            _argo_template(ctx, tmpl, where, cluster_scoped=obj.get("kind") == "ClusterWorkflowTemplate")
+
+
+def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *, cluster_scoped: bool) -> None:
+    parts = _Parts()
+    for key in ("container", "script"):
+        if _mapping(tmpl.get(key)) is not None:
+            parts.add("containers", tmpl[key], ARGO_MAIN)
+            break
+    container_set = _mapping(tmpl.get("containerSet")) or {}
+    for container in _seq(container_set.get("containers")) or []:
+        parts.add("containers", container)
+    for container in _seq(tmpl.get("sidecars")) or []:
+        parts.add("containers", container)
+    for container in _seq(tmpl.get("initContainers")) or []:
+        parts.add("initContainers", container)
+    if parts.empty:
+        return
+    label = f"{_fmt(where)} ({tmpl['name']})" if isinstance(tmpl.get("name"), str) else _fmt(where)
+    pod_spec = dict(parts.spec)
+    patch_text = tmpl.get("podSpecPatch")
+    patch: Any = None
+    style = "json"
+    blocker: str | None = None
+    if isinstance(patch_text, str) and patch_text.strip():
+        try:
+            patch, style = _parse_patch(patch_text)
+        except ValueError as exc:
+            blocker = f"podSpecPatch is not JSON or YAML ({exc}); add the claims by hand"
+        if blocker is None and not isinstance(patch, MutableMapping):
+            blocker = "podSpecPatch is not an object; add the claims by hand"
+        if blocker is None and (gpus := _requests_gpus(patch, ctx.config)):
+            blocker = (
+                f"podSpecPatch sets {', '.join(gpus)} (a count chosen at submit time cannot be a "
+                "ResourceClaimTemplate); template left unchanged"
+            )
+    if blocker is not None:
+        if _requests_gpus(pod_spec, ctx.config) or _MENTIONS_GPU.search(str(patch_text)):
+            ctx.workloads.append(Workload(ctx.source, ctx.document, ctx.obj, label, problems=[blocker]))
+        return
+    if isinstance(patch, Mapping) and _seq(patch.get("resourceClaims")) is not None:
+        pod_spec["resourceClaims"] = plain(patch["resourceClaims"])
+
+    def apply(translation: Translation) -> None:
+        parts.apply(translation.pod_spec)
+        new_patch = patch if isinstance(patch, MutableMapping) else {}
+        _set_field(new_patch, "resourceClaims", translation.pod_spec["resourceClaims"])
+        text = _dump_patch(new_patch, style, patch_text if isinstance(patch_text, str) else "")
+        if "podSpecPatch" in tmpl:
+            tmpl["podSpecPatch"] = (
+                LiteralScalarString(text) if style == "yaml" and isinstance(tmpl, CommentedMap) else text
+            )
+        else:
+            _set_field(tmpl, "podSpecPatch", text)
+        body = next((k for k in tmpl if k in ("container", "script", "containerSet")), "container")
+        _annotate_template(tmpl, translation.annotations, before=body)
+
+    meta = _mapping(tmpl.get("metadata"))
+    opted_out = _opted_out(ctx, ("template", meta))
+    workload = _translate(ctx, where, pod_spec, _annotations_of(meta), apply, opted_out, _uses_aliases(tmpl))
+    if workload is not None:
+        workload.where = label
+        if workload.migrated:
+            workload.notes.append("claims added to podSpecPatch (Argo templates have no resourceClaims field)")
+            if cluster_scoped:
+                workload.notes.append(
+                    "ClusterWorkflowTemplate: create the ResourceClaimTemplates in every namespace that runs it"
+                )
+
+
+def _scan_unhandled(ctx: _Context, node: Any, where: Path) -> None:
+    """GPU requests (and manifests embedded in strings) outside the pod specs handled above."""
+    if any(where[: len(c)] == c for c in ctx.covered):
+        return
+    mapping = _mapping(node)
+    if mapping is not None:
+        for section in ("limits", "requests"):
+            values = _mapping(mapping.get(section))
+            if values is None:
+                continue
+            names = sorted(
+                str(k) for k in values if ctx.config.watched(str(k)) or ctx.config.resolve(str(k)) is not None
+            )
+            if names:
+                ctx.unhandled.append(
+                    f"{ctx.obj} {_fmt((*where, section))}: {', '.join(names)} outside a pod template "
+                    "gpucluster can rewrite; left as it is"
+                )
+        for key, value in mapping.items():
+            # Annotations hold copies (last-applied-configuration, ours); status reports, not requests.
+            if key != "annotations" and not (key == "status" and not where):
+                _scan_unhandled(ctx, value, (*where, str(key)))
+        return
+    items = _seq(node)
+    if items is not None:
+        for index, value in enumerate(items):
+            _scan_unhandled(ctx, value, (*where, index))
+        return
+    if isinstance(node, str) and _EMBEDDED_GPU.search(node):
+        ctx.unhandled.append(
+            f"{ctx.obj} {_fmt(where)}: text embedded in a string requests GPUs through extended "
+            "resources; migrate it by hand"
+        )
+
+
+def _migrate_object(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
+    ctx.obj, ctx.namespace = _identity(obj)
+    ctx.covered = []
+    api_version = str(obj.get("apiVersion") or "")
+    kind = obj.get("kind")
+    if kind == "Pod" and api_version == "v1" and _is_pod_template(obj):
+        _pod_template(ctx, obj, ())
+        ctx.covered.append(())
+    elif kind in ARGO_KINDS and api_version.startswith("argoproj.io/"):
+        _argo(ctx, obj)
+    elif kind == "InferenceService" and api_version.startswith("serving.kserve.io/"):
+        _kserve(ctx, obj)
+    _walk_templates(ctx, obj, ())
+    _scan_unhandled(ctx, obj, ())
+
+
+def _objects(doc: Any) -> Iterator[MutableMapping[str, Any]]:
+    """The objects of a document: itself, or the items of a ``List``."""
+    mapping = _mapping(doc)
+    if mapping is None:
+        return
+    kind = mapping.get("kind")
+    items = _seq(mapping.get("items"))
+    if isinstance(kind, str) and kind.endswith("List") and items is not None:
+        for item in items:
+            if _mapping(item) is not None:
+                yield item
+    else:
+        yield mapping
+
+
+def _template_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _mapping(obj.get("metadata")) or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _template_label(key: tuple[str, str]) -> str:
+    return f"{key[0]}/{key[1]}" if key[0] else key[1]
+
+
+# ----------------------------------------------------------------------------- YAML streams
+
+
+@dataclass(frozen=True)
+class _Style:
+    mapping: int = 2
+    offset: int = 0
+    null: str = ""  # how the text spells null: "" (an empty value), "null" or "~"
+
+    @property
+    def sequence(self) -> int:
+        return self.offset + 2
+
+
+class _NullRepresenter(RoundTripRepresenter):
+    """Writes null as ``null`` (kubectl's ``creationTimestamp: null``) instead of an empty value."""
+
+    null_text = "null"
+
+    def represent_none(self, data: Any) -> ScalarNode:
+        return self.represent_scalar("tag:yaml.org,2002:null", self.null_text)
+
+
+class _TildeRepresenter(_NullRepresenter):
+    null_text = "~"
+
+
+_NullRepresenter.add_representer(type(None), _NullRepresenter.represent_none)
+_TildeRepresenter.add_representer(type(None), _TildeRepresenter.represent_none)
+
+
+def _yaml(style: _Style) -> YAML:
+    yaml = YAML(typ="rt")
+    if style.null == "null":
+        yaml.Representer = _NullRepresenter
+    elif style.null == "~":
+        yaml.Representer = _TildeRepresenter
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.default_flow_style = False
+    yaml.indent(mapping=style.mapping, sequence=style.sequence, offset=style.offset)
+    return yaml
+
+
+_NULL = re.compile(r"(?m)(?::|^\s*-)[ \t]+(null|Null|NULL|~)[ \t]*(?:#.*)?$")
+_CONTENT = re.compile(r"^(\s*)(-\s+)?(\S.*)$")
+
+
+def _guess_style(text: str) -> _Style:
+    """The mapping indent and sequence dash offset a YAML text is written with."""
+    steps: Counter[int] = Counter()
+    offsets: Counter[int] = Counter()
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, following in pairwise(lines):
+        match, after = _CONTENT.match(line), _CONTENT.match(following)
+        if match is None or after is None or not re.search(r":\s*(#.*)?$", line) or "{" in line or "[" in line:
+            continue
+        key_col = len(match.group(1)) + len(match.group(2) or "")
+        col = len(after.group(1))
+        if after.group(2):
+            if col >= key_col:
+                offsets[col - key_col] += 1
+        elif col > key_col:
+            steps[col - key_col] += 1
+    mapping = steps.most_common(1)[0][0] if steps else 2
+    offset = offsets.most_common(1)[0][0] if offsets else 0
+    null = _NULL.search(text)
+    return _Style(mapping=mapping, offset=offset, null="~" if null and null.group(1) == "~" else "null" if null else "")
+
+
+@dataclass
+class _Chunk:
+    """One document of a stream, as text: separator line, body, trailing comment/blank lines."""
+
+    prefix: str
+    body: str
+    trailer: str
+    line: int  # 0-based line of the body in the whole text
+    explicit: bool = False  # the body itself starts with "---" (a separator with content)
+
+    @property
+    def text(self) -> str:
+        return self.prefix + self.body + self.trailer
+
+
+_SEPARATOR = re.compile(r"^---(?:[ \t]|$)")
+_BARE_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$")
+_TRAILING = re.compile(r"^\s*(?:#.*)?$|^\.\.\.(?:\s.*)?$|^%")  # blank, comment, end marker, directive
+
+
+def _split(text: str) -> list[_Chunk]:
+    lines = text.splitlines(keepends=True)
+    starts = sorted({0, *(i for i, line in enumerate(lines) if _SEPARATOR.match(line))})
+    chunks: list[_Chunk] = []
+    for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+        part = lines[start:end]
+        prefix = ""
+        explicit = False
+        body_start = start
+        if part and _SEPARATOR.match(part[0]):
+            if _BARE_SEPARATOR.match(part[0].rstrip("\r\n")):
+                prefix, part, body_start = part[0], part[1:], start + 1
+            else:
+                explicit = True
+        cut = len(part)
+        while cut > 0 and _TRAILING.match(part[cut - 1].rstrip("\r\n")):
+            cut -= 1
+        chunks.append(_Chunk(prefix, "".join(part[:cut]), "".join(part[cut:]), body_start, explicit))
+    return [c for c in chunks if c.text] or [_Chunk("", "", "", 0)]
+
+
+def _yaml_error(source: str, exc: YAMLError, line_offset: int) -> InputError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"{source}:{line_offset + mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    return InputError(f"{where}: invalid YAML: {problem}")
+
+
+def _dump(data: Any, style: _Style, *, explicit: bool = False) -> str:
+    yaml = _yaml(style)
+    yaml.explicit_start = explicit
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: str | None) -> MigrateResult:
+    chunks = _split(text)
+    parsed: list[Any] = []
+    for chunk in chunks:
+        if not chunk.body.strip():
+            parsed.append(None)
+            continue
+        try:
+            parsed.append(_yaml(_Style()).load(chunk.body))
+        except YAMLError as exc:
+            raise _yaml_error(source, exc, chunk.line) from None
+    present = {
+        _template_key(obj) for doc in parsed for obj in _objects(doc) if obj.get("kind") == "ResourceClaimTemplate"
+    }
+    result = MigrateResult(source, text, changed=False)
+    out: list[str] = []
+    document = 0
+    for chunk, doc in zip(chunks, parsed, strict=True):
+        if doc is None:
+            out.append(chunk.text)
+            continue
+        document += 1
+        ctx = _Context(source, document, config, opt_out)
+        style = _guess_style(chunk.body)
+        before = plain(doc)
+        for obj in _objects(doc):
+            _migrate_object(ctx, obj)
+        result.workloads.extend(ctx.workloads)
+        result.unhandled.extend(ctx.unhandled)
+        new_templates = _new_templates(ctx.templates, present, result)
+        if new_templates:
+            if out and not out[-1].endswith("\n"):
+                out.append("\n")
+            out.extend("---\n" + _dump(_fresh(t, CommentedMap()), style) for t in new_templates)
+        if plain(doc) == before:
+            body = chunk.body
+        else:
+            body = _dump(doc, style, explicit=chunk.explicit)
+            if not chunk.trailer and not chunk.body.endswith("\n"):
+                body = body.rstrip("\n")
+        prefix = chunk.prefix if chunk.prefix or not new_templates or chunk.explicit else "---\n"
+        out.append(prefix + body + chunk.trailer)
+    result.text = "".join(out)
+    result.changed = result.text != text
+    return result
+
+
+def _new_templates(
+    templates: list[dict[str, Any]], present: set[tuple[str, str]], result: MigrateResult
+) -> list[dict[str, Any]]:
+    fresh: list[dict[str, Any]] = []
+    for template in templates:
+        key = _template_key(template)
+        if key in present:
+            continue
+        present.add(key)
+        meta = dict(template["metadata"])
+        ordered = {k: meta.pop(k) for k in ("name", "namespace") if k in meta}
+        fresh.append({**template, "metadata": {**ordered, **meta}})
+        result.created.append(_template_label(key))
+    return fresh
+
+
+# ----------------------------------------------------------------------------- JSON
+
+
+def _json_indent(text: str) -> int | None:
+    match = re.search(r"\n([ \t]+)\S", text)
+    if match is None:
+        return None
+    return len(match.group(1).expandtabs(4))
+
+
+def _json_error(source: str, exc: json.JSONDecodeError) -> InputError:
+    return InputError(f"{source}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}")
+
+
+def _migrate_json(data: Any, text: str, source: str, config: TranslationConfig, opt_out: str | None) -> MigrateResult:
+    result = MigrateResult(source, text, changed=False)
+    if not isinstance(data, dict):
+        return result
+    before = plain(data)
+    is_list = (
+        isinstance(data.get("kind"), str) and data["kind"].endswith("List") and _seq(data.get("items")) is not None
+    )
+    objects = list(_objects(data))
+    present = {_template_key(o) for o in objects if o.get("kind") == "ResourceClaimTemplate"}
+    inserts: list[tuple[int, list[dict[str, Any]]]] = []
+    for index, obj in enumerate(objects):
+        ctx = _Context(source, 1, config, opt_out)
+        _migrate_object(ctx, obj)
+        result.workloads.extend(ctx.workloads)
+        result.unhandled.extend(ctx.unhandled)
+        new_templates = _new_templates(ctx.templates, present, result)
+        if new_templates:
+            inserts.append((index, new_templates))
+    if plain(data) == before and not inserts:
+        return result
+    output: dict[str, Any] = data
+    if inserts and is_list:
+        items = data["items"]
+        for index, templates in reversed(inserts):
+            position = next(i for i, item in enumerate(items) if item is objects[index])
+            items[position:position] = templates
+    elif inserts:
+        output = {"apiVersion": "v1", "kind": "List", "items": [*inserts[0][1], data]}
+    indent = _json_indent(text)
+    dumped = json.dumps(output, indent=indent, ensure_ascii=False)
+    result.text = dumped + ("\n" if text.endswith("\n") else "")
+    result.changed = result.text != text
+    return result
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def migrate_text(
+    text: str,
+    source: str = "<stdin>",
+    *,
+    config: TranslationConfig = DEFAULT_CONFIG,
+    opt_out_label: str | None = None,
+    json_input: bool | None = None,
+) -> MigrateResult:
+    """Migrate one manifest text (YAML stream or JSON). Bad input raises InputError naming ``source``.
+
+    ``opt_out_label``: a pod template whose labels or annotations set it to ``"false"`` is left
+    alone (reported as a note), as the webhook leaves such pods alone. ``json_input`` forces the
+    format (``True`` for a ``.json`` file, whose errors are then JSON errors); by default text
+    starting with ``{`` or ``[`` that parses as JSON is JSON.
+    """
+    looks_json = bool(re.match(r"\A\s*[\[{]", text))
+    if json_input or (json_input is None and looks_json):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if json_input:
+                raise _json_error(source, exc) from None
+        else:
+            return _migrate_json(data, text, source, config, opt_out_label)
+    return _migrate_yaml(text, source, config, opt_out_label)

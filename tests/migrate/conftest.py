@@ -1,0 +1,27 @@
+"""Shared helpers: the golden files, and the ``gpucluster`` command with migrate and audit registered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpucluster import cli
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+INPUT = GOLDEN / "input"
+EXPECTED = GOLDEN / "expected"
+
+Main = Callable[..., int]
+
+
+@pytest.fixture
+def gpucluster(monkeypatch: pytest.MonkeyPatch) -> Main:
+    """``gpucluster ARGS...`` in-process, exactly as the console script runs it (exit code returned)."""
+    monkeypatch.setattr(cli, "IMPLEMENTED", cli.IMPLEMENTED | {"migrate", "audit"})
+
+    def main(*argv: str) -> int:
+        return cli.main(list(argv))
+
+    return main

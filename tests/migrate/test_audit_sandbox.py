@@ -1,0 +1,104 @@
+"""End to end: ``gpucluster audit`` against the sandbox API server lists a legacy Deployment and not
+the same Deployment after ``gpucluster migrate`` (both applied with the real ``kubectl``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucluster.commands.audit import list_all
+from gpucluster.kube.client import Kube
+from sandbox.server import SandboxThread
+from tests.migrate.conftest import Main
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: NAME
+  namespace: default
+spec:
+  replicas: 0
+  selector:
+    matchLabels:
+      app: NAME
+  template:
+    metadata:
+      labels:
+        app: NAME
+    spec:
+      containers:
+        - name: cuda
+          image: nvcr.io/nvidia/cuda:12.6.2-base-ubi9
+          command: ["sleep", "infinity"]
+          resources:
+            limits:
+              nvidia.com/gpu: 2   # two GPUs per replica
+"""
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxThread]:
+    runner = SandboxThread()
+    runner.start()
+    try:
+        yield runner
+    finally:
+        runner.stop()
+
+
+def kubectl(kubeconfig: Path, *args: str) -> str:
+    done = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_audit_lists_the_legacy_deployment_and_not_the_migrated_one(
+    sandbox: SandboxThread, gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    kubeconfig = sandbox.sandbox.kubeconfig_path
+    legacy = tmp_path / "legacy.yaml"
+    legacy.write_text(DEPLOYMENT.replace("NAME", "legacy-trainer"))
+    original = tmp_path / "migrated-original.yaml"
+    original.write_text(DEPLOYMENT.replace("NAME", "migrated-trainer"))
+    migrated = tmp_path / "migrated.yaml"
+    assert gpucluster("migrate", "-f", str(original), "-o", str(migrated)) == 0
+    capsys.readouterr()
+
+    kubectl(kubeconfig, "apply", "-f", str(legacy))
+    applied = kubectl(kubeconfig, "apply", "-f", str(migrated))
+    assert "resourceclaimtemplate.resource.k8s.io/gpucluster-gpu-2-" in applied
+    assert "deployment.apps/migrated-trainer" in applied
+
+    assert gpucluster("audit", "--kubeconfig", str(kubeconfig), "-o", "json") == 1
+    data = json.loads(capsys.readouterr().out)
+    names = [(w["namespace"], w["kind"], w["name"]) for w in data["workloads"]]
+    assert names == [("default", "Deployment", "legacy-trainer")]
+    (finding,) = data["workloads"]
+    assert finding["gpus"] == {"nvidia.com/gpu": "2"}
+    assert finding["webhook"]["action"] == "translate"
+    assert finding["chain"][-1] == {"kind": "Deployment", "name": "legacy-trainer"}
+
+    async def paged() -> list[str]:
+        kube = await Kube.connect(str(kubeconfig))
+        try:
+            return [d["metadata"]["name"] for d in await list_all(kube, "apps/v1", "Deployment", page_size=1)]
+        finally:
+            await kube.close()
+
+    assert sorted(asyncio.run(paged())) == ["legacy-trainer", "migrated-trainer"]
+
+    kubectl(kubeconfig, "delete", "-f", str(legacy))
+    assert gpucluster("audit", "--kubeconfig", str(kubeconfig)) == 0
+    assert "no workload requests GPUs" in capsys.readouterr().err
