@@ -28,6 +28,20 @@ class KeyPair:
         return x509.load_pem_x509_certificate(self.cert_pem)
 
 
+# An ECDSA serving key only signs the TLS handshake.
+_LEAF_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    key_cert_sign=False,
+    crl_sign=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
 def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
@@ -38,8 +52,13 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def new_ca(common_name: str = "gpucluster-webhook-ca", *, now: dt.datetime | None = None) -> KeyPair:
-    """A self-signed CA (ECDSA P-256, 10 years)."""
+def new_ca(
+    common_name: str = "gpucluster-webhook-ca",
+    *,
+    now: dt.datetime | None = None,
+    lifetime: dt.timedelta = CA_LIFETIME,
+) -> KeyPair:
+    """A self-signed CA (ECDSA P-256, 10 years unless ``lifetime`` says otherwise)."""
     now = now or dt.datetime.now(dt.UTC)
     key = _new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -50,7 +69,7 @@ def new_ca(common_name: str = "gpucluster-webhook-ca", *, now: dt.datetime | Non
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
-        .not_valid_after(now + CA_LIFETIME)
+        .not_valid_after(now + lifetime)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -85,11 +104,15 @@ def new_serving_cert(
     lifetime: dt.timedelta = SERVING_LIFETIME,
     now: dt.datetime | None = None,
 ) -> KeyPair:
-    """A serving certificate signed by ``ca`` for ``dns_names`` (and IPs), ECDSA P-256."""
+    """A serving certificate signed by ``ca`` for ``dns_names`` (and IPs), ECDSA P-256.
+
+    It never outlives its issuer: ``notAfter`` is the earlier of ``now + lifetime`` and the CA's.
+    """
     import ipaddress
 
     now = now or dt.datetime.now(dt.UTC)
     ca_cert = ca.certificate
+    not_after = min(now + lifetime, ca_cert.not_valid_after_utc)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key must be an ECDSA key")
@@ -103,10 +126,12 @@ def new_serving_cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
-        .not_valid_after(now + lifetime)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(_LEAF_KEY_USAGE, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
             critical=False,

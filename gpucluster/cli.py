@@ -32,6 +32,7 @@ IMPLEMENTED = {
     "controller",
     "migrate",
     "audit",
+    "certs",
 }
 
 
