@@ -33,6 +33,7 @@ IMPLEMENTED = {
     "migrate",
     "audit",
     "certs",
+    "run",
 }
 
 

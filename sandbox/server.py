@@ -5,9 +5,12 @@
     ...  # kubectl --kubeconfig sandbox.kubeconfig_path ..., or the Python client
     await sandbox.stop()
 
-Extension points for later work: ``sandbox.core.admission`` (mutating/validating async hooks run
-on every write), ``sandbox.store.subscribe(fn)`` (every committed change, synchronously) and
+Extension points: ``sandbox.core.admission`` (mutating/validating async hooks run on every
+write; the webhook admission plugins are installed there unless ``webhooks=False``),
+``sandbox.store.subscribe(fn)`` (every committed change, synchronously) and
 ``sandbox.store.watch(...)`` (async, filtered) for in-process controllers, ``sandbox.faults``.
+``Sandbox(simulate=SimulationOptions(...))`` also starts the simulated GPU cluster
+(``sandbox.sim``); ``register_service`` routes webhook services to local addresses.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from sandbox.apiserver.gc import GarbageCollector
 from sandbox.apiserver.handlers import ApiHandlers, ServerOptions
 from sandbox.apiserver.resources import Registry
 from sandbox.apiserver.store import Store
+from sandbox.apiserver.webhooks import WebhookAdmission
+from sandbox.sim import SimulatedCluster, SimulationOptions
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -55,6 +60,8 @@ class Sandbox:
         state_dir: Path | None = None,
         kubeconfig_path: Path | None = None,
         garbage_collector: bool = True,
+        webhooks: bool = True,
+        simulate: SimulationOptions | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -69,6 +76,10 @@ class Sandbox:
         self.kubeconfig_path = kubeconfig_path or self.state_dir / "kubeconfig"
         self.bookmark_interval = bookmark_interval
         self.gc: GarbageCollector | None = GarbageCollector(self.core) if garbage_collector else None
+        self.webhooks: WebhookAdmission | None = WebhookAdmission(self.core) if webhooks else None
+        if self.webhooks is not None:
+            self.webhooks.install()
+        self.sim: SimulatedCluster | None = SimulatedCluster(self.core, simulate) if simulate is not None else None
         self.pki: pki.ServerPKI | None = None
         self.handlers: ApiHandlers | None = None
         self._runner: web.AppRunner | None = None
@@ -107,6 +118,8 @@ class Sandbox:
                 await self.core.create(namespaces, "", {"metadata": {"name": name}}, ctx)
         if self.gc is not None:
             self.gc.start()
+        if self.sim is not None:
+            await self.sim.start()
         self._runner = web.AppRunner(self.handlers.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.SockSite(self._runner, sock, ssl_context=self.pki.server_context())
@@ -116,6 +129,10 @@ class Sandbox:
 
     async def stop(self) -> None:
         self.store.break_watches()
+        if self.sim is not None:
+            await self.sim.stop()
+        if self.webhooks is not None:
+            await self.webhooks.close()
         if self.gc is not None:
             await self.gc.stop()
         if self._runner is not None:
@@ -140,6 +157,13 @@ class Sandbox:
 
     async def _restart_endpoint(self) -> None:
         await self.restart()
+
+    def register_service(self, namespace: str, name: str, port: int, target: str | tuple[str, int]) -> None:
+        """Route webhook calls for the service ``name.namespace.svc:port`` to ``target``
+        (``"127.0.0.1:9443"``): there is no cluster network, so clientConfig.service needs this."""
+        if self.webhooks is None:
+            raise RuntimeError("this sandbox was started with webhooks=False")
+        self.webhooks.register_service(namespace, name, port, target)
 
     def client_config(self) -> Obj:
         """What a client needs: url, CA file, token."""

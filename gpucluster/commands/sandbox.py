@@ -8,22 +8,43 @@ import contextlib
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpucluster import logs
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_OK, InputError
+
+if TYPE_CHECKING:
+    from sandbox.sim import SimulationOptions
 
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "sandbox",
         help="run a local simulated GPU cluster (API server double) that kubectl can use",
-        description="Start an in-memory Kubernetes API server over HTTPS with N simulated GPU nodes, "
-        "write a kubeconfig for it, and serve until SIGINT/SIGTERM.",
+        description="Start an in-memory Kubernetes API server over HTTPS with N simulated GPU nodes and the "
+        "simulated controllers (slice publishing, DaemonSet/Deployment status, resourceclaim controller, "
+        "scheduler, kubelet), write a kubeconfig for it, and serve until SIGINT/SIGTERM.",
     )
     parser.add_argument("--nodes", type=int, default=3, help="number of simulated GPU nodes (default 3)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    parser.add_argument("--model", default="H100", help="GPU model of the nodes (default H100)")
+    parser.add_argument(
+        "--model", default="H100", help="GPU model of every node when --mix is not given (default H100)"
+    )
+    parser.add_argument(
+        "--mix",
+        help="GPU models round-robin over the nodes: h100, a100, l4, gb200, each optionally -mig (every other "
+        "GPU MIG-partitioned) and :<gpus>, e.g. h100,a100-mig,l4:4,gb200:4",
+    )
+    for name, what in (
+        ("slices", "nodes publishing ResourceSlices when the DRA kubelet-plugin DaemonSet selects them"),
+        ("workloads", "DaemonSet and Deployment status"),
+        ("resourceclaims", "the resourceclaim controller (claims from templates)"),
+        ("scheduler", "the scheduler (DRA allocation, binding, FailedScheduling events)"),
+        ("kubelet", "the kubelet (bound pods become Running)"),
+    ):
+        parser.add_argument(f"--no-{name}", dest=f"no_{name}", action="store_true", help=f"switch off {what}")
+    parser.add_argument("--no-simulation", action="store_true", help="switch off every simulated controller")
     parser.add_argument(
         "--kubeconfig-out",
         metavar="F",
@@ -46,41 +67,64 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be between 0 and 64")
     if not 0 <= args.port < 65536:
         raise InputError(f"--port {args.port}: must be between 0 and 65535")
-    from gpucluster.dra.simulate import node_object
+    from sandbox.sim.kubelet import parse_mix
 
+    mix = args.mix or args.model
     try:
-        node_object("probe", args.model, 1)
-    except (KeyError, ValueError) as exc:
-        raise InputError(f"--model {args.model}: {exc}") from None
-    return asyncio.run(_serve(args))
+        parse_mix(mix)
+    except ValueError as exc:
+        raise InputError(f"--{'mix' if args.mix else 'model'} {mix}: {exc}") from None
+    return asyncio.run(_serve(args, mix))
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    from gpucluster.dra.simulate import node_name, node_object
-    from sandbox.apiserver.core import Context
+def simulation_options(args: argparse.Namespace, mix: str) -> SimulationOptions | None:
+    from sandbox.sim import SimulationOptions
+
+    off = bool(args.no_simulation)
+    return SimulationOptions(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        mix=mix,
+        slices=not (off or args.no_slices),
+        workloads=not (off or args.no_workloads),
+        resourceclaims=not (off or args.no_resourceclaims),
+        scheduler=not (off or args.no_scheduler),
+        kubelet=not (off or args.no_kubelet),
+    )
+
+
+async def _serve(args: argparse.Namespace, mix: str) -> int:
     from sandbox.server import Sandbox
 
     started = time.monotonic()
     kubeconfig = Path(args.kubeconfig_out).resolve()
-    sandbox = Sandbox(host=args.host, port=args.port, git_version=args.kubernetes_version, kubeconfig_path=kubeconfig)
+    options = simulation_options(args, mix)
+    sandbox = Sandbox(
+        host=args.host,
+        port=args.port,
+        git_version=args.kubernetes_version,
+        kubeconfig_path=kubeconfig,
+        simulate=options,
+    )
     try:
         await sandbox.start()
     except OSError as exc:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    nodes = sandbox.registry.get("", "v1", "nodes")
-    assert nodes is not None
-    ctx = Context(field_manager="sandbox-kubelet")
-    for i in range(args.nodes):
-        await sandbox.core.create(nodes, "", node_object(node_name(i), args.model, args.gpus_per_node), ctx)
     elapsed = time.monotonic() - started
+    controllers = ", ".join(c.name for c in sandbox.sim.controllers) if sandbox.sim else ""
     print(
-        f"sandbox API server: {sandbox.url} ({args.nodes} GPU nodes, {args.gpus_per_node} x {args.model} each; up in {elapsed:.2f}s)"
+        f"sandbox API server: {sandbox.url} ({args.nodes} GPU nodes, {args.gpus_per_node} GPUs each, mix {mix}; up in {elapsed:.2f}s)"
     )
     print(f"kubeconfig: {kubeconfig}")
+    print(f"simulated controllers: {controllers or 'none'}")
     print("try:")
     print(f"  export KUBECONFIG={kubeconfig}")
-    print("  kubectl get nodes")
+    print("  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count")
     print("  kubectl apply --server-side -f charts/gpucluster/crds/")
+    print("  kubectl label nodes --all nvidia.com/gpu.deploy.dra-driver=true   # what the controller does")
+    print("  # a DaemonSet named nvidia-dra-driver-kubelet-plugin selecting those nodes -> ResourceSlices")
+    print("  kubectl get resourceslices; kubectl get pods,resourceclaims -o wide")
+    print("  kubectl describe pod <name>   # FailedScheduling events say why a claim cannot be allocated")
     print("stop with Ctrl-C", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,484 @@
+"""``gpucluster run``: the webhook and the controller; with no cluster configured, also the sandbox.
+
+No cluster configured (no ``--kubeconfig``, no ``$KUBECONFIG``, no ``~/.kube/config``, not in a
+pod): start the sandbox API server with its simulated GPU nodes, install the CRDs the chart ships
+plus minimal ClusterPolicy and NVIDIADriver CRDs (so every admission rule can be tried), create the
+operator namespace, serve the webhook in-process with a freshly generated CA, register it through
+real Mutating/ValidatingWebhookConfigurations (``clientConfig.service`` with the CA as
+``caBundle``; the sandbox routes the service to the local port), and run the controller.
+
+Against a configured cluster: only the webhook (``--cert-dir`` or a self-signed pair; registered
+only when ``--webhook-url`` says where the API server can reach it, otherwise the chart does it)
+and the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from gpucluster import logs
+from gpucluster.clusterstate import ClusterState
+from gpucluster.commands import Subparsers
+from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.kube.client import Kube, KubeError
+
+log = logging.getLogger("gpucluster.run")
+
+SERVICE = "gpucluster-webhook"
+REPO = Path(__file__).resolve().parents[2]
+CHART_CRDS = REPO / "charts" / "gpucluster" / "crds"
+
+
+def _crd(group: str, version: str, kind: str, plural: str, short: list[str]) -> dict[str, Any]:
+    names: dict[str, Any] = {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()}
+    if short:
+        names["shortNames"] = short
+    open_object = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": names,
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": open_object, "status": open_object},
+                        }
+                    },
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Status", "type": "string", "jsonPath": ".status.state"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+# Minimal stand-ins for the GPU Operator's device-plugin model CRDs: enough to create the objects
+# the admission rules look at (upstream's schemas are far larger).
+CLUSTERPOLICY_CRD = _crd("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", [])
+NVIDIADRIVER_CRD = _crd("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers", ["nvd", "nvdriver", "nvdrivers"])
+
+
+def chart_crds() -> list[dict[str, Any]]:
+    """The CRDs the chart ships (generated from the models when the chart is not beside the code)."""
+    out: list[dict[str, Any]] = []
+    if CHART_CRDS.is_dir():
+        for path in sorted(CHART_CRDS.glob("*.yaml")):
+            out.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
+    if not out:
+        from gpucluster.api.crd import gpucluster_crd
+
+        out.append(gpucluster_crd())
+    return out
+
+
+CHART_VALUES = REPO / "charts" / "gpucluster" / "values.yaml"
+
+
+def _image(values: Any) -> str:
+    if not isinstance(values, dict) or not all(values.get(k) for k in ("repository", "image", "version")):
+        return ""
+    separator = "@" if str(values["version"]).startswith("sha256:") else ":"
+    return f"{values['repository']}/{values['image']}{separator}{values['version']}"
+
+
+def chart_env() -> dict[str, str]:
+    """The operator environment the chart's defaults give (operand images), plus
+    ``DEFAULT_GPU_ALLOCATION_MODE=dra`` so that the sandbox's GPU nodes get the DRA deploy labels."""
+    env = {"DEFAULT_GPU_ALLOCATION_MODE": "dra"}
+    try:
+        values = yaml.safe_load(CHART_VALUES.read_text()) if CHART_VALUES.is_file() else {}
+    except (OSError, yaml.YAMLError):
+        values = {}
+    values = values if isinstance(values, dict) else {}
+    driver = _image((values.get("gpuCluster") or {}).get("draDriver"))
+    images = {
+        "DRA_DRIVER_IMAGE": driver,
+        "DCGM_EXPORTER_IMAGE": _image(values.get("dcgmExporter")),
+        "DCGM_IMAGE": _image(values.get("dcgm")),
+        "VALIDATOR_IMAGE": _image(values.get("validator")) or driver,
+    }
+    env.update({k: v for k, v in images.items() if v})
+    return env
+
+
+def cluster_configured(kubeconfig: str | None) -> bool:
+    """Whether a cluster is configured, the way the client would find one."""
+    if kubeconfig:
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    if os.environ.get("KUBECONFIG"):
+        return True
+    return (Path.home() / ".kube" / "config").is_file()
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="webhook and controller; with no cluster configured, also a local sandbox cluster",
+        description="Run the admission webhook and the controller against the configured cluster; when no "
+        "cluster is configured, start the sandbox (simulated GPU nodes) first, install the CRDs and register "
+        "the webhook there. Runs until SIGINT/SIGTERM.",
+    )
+    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster (default: $KUBECONFIG, ...)")
+    parser.add_argument(
+        "--kubeconfig-out",
+        metavar="F",
+        default="sandbox.kubeconfig",
+        help="sandbox only: where to write its kubeconfig (default ./sandbox.kubeconfig)",
+    )
+    parser.add_argument("--namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
+    parser.add_argument("--nodes", type=int, default=3, help="sandbox only: simulated GPU nodes (default 3)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="sandbox only: GPUs per node (default 8)")
+    parser.add_argument(
+        "--mix", default="h100", help="sandbox only: GPU models round-robin, e.g. h100,a100-mig,l4:4,gb200"
+    )
+    parser.add_argument("--webhook-host", default=None, help="listen address (default 127.0.0.1 in the sandbox)")
+    parser.add_argument("--webhook-port", type=int, default=None, help="HTTPS port (default: free port / 9443)")
+    parser.add_argument("--cert-dir", metavar="DIR", help="tls.crt and tls.key (and ca.crt) instead of a fresh CA")
+    parser.add_argument(
+        "--webhook-url", help="configured cluster only: register the webhook configurations with this base URL"
+    )
+    parser.add_argument(
+        "--translation-mode", choices=["auto", "always", "audit", "off"], default="auto", help="pod translation"
+    )
+    parser.add_argument("--no-controller", action="store_true", help="run the webhook only")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text")
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(func=run)
+
+
+@dataclass
+class RunOptions:
+    kubeconfig: str | None = None
+    kubeconfig_out: Path | None = None
+    namespace: str = "gpu-operator"
+    nodes: int = 3
+    gpus_per_node: int = 8
+    mix: str = "h100"
+    webhook_host: str | None = None
+    webhook_port: int | None = None
+    cert_dir: Path | None = None
+    webhook_url: str | None = None
+    translation_mode: str = "auto"
+    controller: bool = True
+    sandbox: bool | None = None  # None: decide from cluster_configured()
+    sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class Stack:
+    """Everything ``gpucluster run`` starts, for the command and for end-to-end tests."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.sandbox: Any = None
+        self.kube: Kube | None = None
+        self.cluster = ClusterState()
+        self.webhook_port = 0
+        self.ca_pem = b""
+        self.kubeconfig: Path | None = None
+        self.stop_event = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []  # end when stop_event is set
+        self._background: list[asyncio.Task[Any]] = []  # cancelled on stop
+        self.controller_started = False
+
+    @property
+    def uses_sandbox(self) -> bool:
+        if self.options.sandbox is not None:
+            return self.options.sandbox
+        return not cluster_configured(self.options.kubeconfig)
+
+    async def start(self) -> None:
+        opts = self.options
+        if self.uses_sandbox:
+            await self._start_sandbox()
+        try:
+            self.kube = await Kube.connect(str(self.kubeconfig) if self.kubeconfig else opts.kubeconfig)
+        except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
+            raise InputError(f"cannot load the cluster configuration: {exc}") from None
+        await self._start_webhook()
+        if opts.controller:
+            self._start_controller()
+
+    # ------------------------------------------------------------ sandbox
+
+    async def _start_sandbox(self) -> None:
+        from sandbox.apiserver.core import Context
+        from sandbox.apiserver.errors import ApiError
+        from sandbox.server import Sandbox
+        from sandbox.sim import SimulationOptions
+
+        opts = self.options
+        simulate = SimulationOptions(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, mix=opts.mix)
+        self.sandbox = Sandbox(kubeconfig_path=opts.kubeconfig_out, simulate=simulate, **opts.sandbox_kwargs)
+        await self.sandbox.start()
+        self.kubeconfig = self.sandbox.kubeconfig_path
+        core = self.sandbox.core
+        ctx = Context(field_manager="gpucluster")
+        crd_rt = core.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        for crd in [*chart_crds(), CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD]:
+            try:
+                await core.create(crd_rt, "", crd, ctx)
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+        ns_rt = core.registry.get("", "v1", "namespaces")
+        if core.store.get(("", "namespaces"), "", opts.namespace) is None:
+            await core.create(ns_rt, "", {"metadata": {"name": opts.namespace}}, ctx)
+
+    # ------------------------------------------------------------ webhook
+
+    def _cert_dir(self) -> Path:
+        from gpucluster.commands.webhook import self_signed_dir
+
+        if self.options.cert_dir is not None:
+            cert_dir = self.options.cert_dir
+            for name in ("tls.crt", "tls.key"):
+                if not (cert_dir / name).is_file():
+                    raise InputError(f"{cert_dir / name}: no such file (--cert-dir needs tls.crt and tls.key)")
+            return cert_dir
+        return self_signed_dir(SERVICE, self.options.namespace)
+
+    async def _start_webhook(self) -> None:
+        from gpucluster.commands.webhook import WEBHOOK_KINDS
+        from gpucluster.kube.reflector import run_reflectors
+        from webhook.creator import kube_creator
+        from webhook.server import build_app, serve
+        from webhook.settings import Settings, TranslationMode
+        from webhook.tls import ReloadingTLS
+
+        opts = self.options
+        assert self.kube is not None
+        cert_dir = self._cert_dir()
+        ca_file = cert_dir / "ca.crt"
+        self.ca_pem = ca_file.read_bytes() if ca_file.is_file() else b""
+        tls = ReloadingTLS(cert_dir / "tls.crt", cert_dir / "tls.key")
+        tls.reload_if_changed()
+        if not tls.loaded:
+            raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
+        mode = cast(TranslationMode, opts.translation_mode)
+        settings = Settings(translation_mode=mode, operator_namespace=opts.namespace)
+        self._background.append(asyncio.create_task(run_reflectors(self.kube, self.cluster, WEBHOOK_KINDS)))
+        app = build_app(self.cluster, settings, tls=tls, creator=kube_creator(self.kube))
+        started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        sandboxed = self.sandbox is not None
+
+        def on_started(bound: int) -> None:
+            if not started.done():
+                started.set_result(bound)
+
+        host = opts.webhook_host or ("127.0.0.1" if sandboxed else "0.0.0.0")
+        port = opts.webhook_port if opts.webhook_port is not None else (0 if sandboxed else 9443)
+        self._tasks.append(
+            asyncio.create_task(
+                serve(
+                    app,
+                    tls,
+                    host=host,
+                    port=port,
+                    stop=self.stop_event,
+                    shutdown_timeout=2.0,
+                    on_started=on_started,
+                )
+            )
+        )
+        done, _ = await asyncio.wait({started, self._tasks[-1]}, return_when=asyncio.FIRST_COMPLETED)
+        if started not in done:
+            self._tasks[-1].result()  # raises the listen error
+            raise InputError(f"the webhook could not listen on {host}:{port}")
+        self.webhook_port = started.result()
+        deadline = time.monotonic() + 10
+        while not self.cluster.synced() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if sandboxed:
+            await self._register_in_sandbox()
+        elif opts.webhook_url:
+            await self._register_with_url(opts.webhook_url)
+
+    async def _register_in_sandbox(self) -> None:
+        from sandbox.apiserver.core import Context
+        from webhook.configurations import webhook_configurations
+
+        sandbox = self.sandbox
+        ns = self.options.namespace
+        sandbox.register_service(ns, SERVICE, 443, ("127.0.0.1", self.webhook_port))
+        core = sandbox.core
+        ctx = Context(field_manager="gpucluster")
+        svc_rt = core.registry.get("", "v1", "services")
+        service = {
+            "metadata": {"name": SERVICE, "namespace": ns, "labels": {"app.kubernetes.io/name": "gpucluster"}},
+            "spec": {
+                "selector": {"app.kubernetes.io/name": "gpucluster", "app.kubernetes.io/component": "webhook"},
+                "ports": [{"name": "https", "port": 443, "targetPort": self.webhook_port}],
+            },
+        }
+        if core.store.get(("", "services"), ns, SERVICE) is None:
+            await core.create(svc_rt, ns, service, ctx)
+        for config in webhook_configurations(namespace=ns, service=SERVICE, ca_bundle=self.ca_pem):
+            plural = config["kind"].lower() + "s"
+            rt = core.registry.get("admissionregistration.k8s.io", "v1", plural)
+            await core.patch(
+                rt, "", config["metadata"]["name"], "application/apply-patch+yaml", config, ctx, force=True
+            )
+
+    async def _register_with_url(self, url: str) -> None:
+        from webhook.configurations import webhook_configurations
+
+        assert self.kube is not None
+        for config in webhook_configurations(namespace=self.options.namespace, url=url, ca_bundle=self.ca_pem or None):
+            plural = config["kind"].lower() + "s"
+            path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{config['metadata']['name']}"
+            try:
+                await self.kube.request(
+                    "PATCH",
+                    path,
+                    body=config,
+                    content_type="application/apply-patch+yaml",
+                    query=[("fieldManager", "gpucluster"), ("force", "true")],
+                )
+            except KubeError as exc:
+                raise InputError(f"cannot register the webhook configurations: {exc}") from None
+
+    # ------------------------------------------------------------ controller
+
+    def _start_controller(self) -> None:
+        try:
+            from controller.runtime import run_controller
+        except ImportError:  # the controller is optional for webhook-only runs
+            log.warning("controller not available; running the webhook only")
+            return
+        assert self.kube is not None
+        env = dict(os.environ)
+        if self.sandbox is not None:  # what the chart's operator Deployment would be given
+            env = {**chart_env(), **env}
+        env["OPERATOR_NAMESPACE"] = self.options.namespace
+        self._tasks.append(
+            asyncio.create_task(
+                run_controller(self.kube, self.options.namespace, env, self.stop_event, leader_election=False)
+            )
+        )
+        self.controller_started = True
+
+    # ------------------------------------------------------------ stop
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        for task in self._background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for task in self._tasks:
+            if not task.done():
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(task), 3.0)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self.kube is not None:
+            await self.kube.close()
+            self.kube = None
+        if self.sandbox is not None:
+            await self.sandbox.stop()
+            self.sandbox = None
+
+
+def options_from(args: argparse.Namespace) -> RunOptions:
+    if args.nodes < 0:
+        raise InputError(f"--nodes {args.nodes}: must not be negative")
+    if not 0 <= args.gpus_per_node <= 64:
+        raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be between 0 and 64")
+    if args.webhook_port is not None and not 0 <= args.webhook_port < 65536:
+        raise InputError(f"--webhook-port {args.webhook_port}: must be between 0 and 65535")
+    from sandbox.sim.kubelet import parse_mix
+
+    try:
+        parse_mix(args.mix)
+    except ValueError as exc:
+        raise InputError(f"--mix {args.mix}: {exc}") from None
+    return RunOptions(
+        kubeconfig=args.kubeconfig,
+        kubeconfig_out=Path(args.kubeconfig_out).resolve(),
+        namespace=args.namespace,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        mix=args.mix,
+        webhook_host=args.webhook_host,
+        webhook_port=args.webhook_port,
+        cert_dir=Path(args.cert_dir) if args.cert_dir else None,
+        webhook_url=args.webhook_url,
+        translation_mode=args.translation_mode,
+        controller=not args.no_controller,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_format, args.log_level)
+    options = options_from(args)
+    try:
+        asyncio.run(_main(options))
+    except OSError as exc:
+        raise InputError(f"cannot listen: {exc.strerror or exc}") from None
+    return EXIT_OK
+
+
+async def _main(options: RunOptions) -> None:
+    started = time.monotonic()
+    stack = Stack(options)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stack.stop_event.set)
+    try:
+        await stack.start()
+        gc.collect()
+        gc.freeze()
+        elapsed = time.monotonic() - started
+        if stack.sandbox is not None:
+            sandbox = stack.sandbox
+            print(f"sandbox API server: {sandbox.url} ({options.nodes} simulated GPU nodes; up in {elapsed:.2f}s)")
+            print(f"kubeconfig: {stack.kubeconfig}")
+        else:
+            print(f"cluster: {options.kubeconfig or os.environ.get('KUBECONFIG') or 'default configuration'}")
+        print(f"webhook: https://127.0.0.1:{stack.webhook_port} (service {SERVICE}.{options.namespace}.svc)")
+        print(f"controller: {'running' if stack.controller_started else 'not running'} (namespace {options.namespace})")
+        if stack.sandbox is not None:
+            print("try:")
+            print(f"  export KUBECONFIG={stack.kubeconfig}")
+            print("  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count")
+            print("  kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations")
+            print("  kubectl apply --server-side -f gpucluster.yaml   # the GPUCluster singleton, named gpu-cluster")
+            print("  kubectl get gpucluster,resourceslices,deviceclasses")
+            print("  kubectl create -f pod.yaml   # resources.limits nvidia.com/gpu: 2 -> DRA claims, scheduled")
+            print("  kubectl get pods,resourceclaims; kubectl describe pod <name>   # FailedScheduling says why")
+        print("stop with Ctrl-C", flush=True)
+        await stack.stop_event.wait()
+    finally:
+        await stack.stop()
+        if stack.kubeconfig is not None and options.kubeconfig_out is not None:
+            with contextlib.suppress(OSError):
+                options.kubeconfig_out.unlink()

@@ -1,0 +1,99 @@
+"""The simulated GPU cluster: controllers that run inside the sandbox next to its API server.
+
+``SimulatedCluster(core, SimulationOptions(...))`` registers the GPU nodes and starts, each
+switchable off:
+
+* ``slices`` - ``kubelet.SlicePublisher``: nodes publish NVIDIA ResourceSlices while the DRA
+  kubelet-plugin DaemonSet selects them;
+* ``kubelet`` - ``kubelet.Kubelet``: bound pods become Running;
+* ``workloads`` - ``workloads.WorkloadStatus``: DaemonSet and Deployment status;
+* ``resourceclaims`` - ``resourceclaim.ResourceClaimController``: claims from templates;
+* ``scheduler`` - ``scheduler.Scheduler``: DRA allocation, binding, FailedScheduling events.
+
+All of them act through ``ApiCore`` (admission included), so clients see ordinary writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sandbox.apiserver.core import ApiCore
+from sandbox.sim.base import Controller
+from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
+from sandbox.sim.resourceclaim import ResourceClaimController
+from sandbox.sim.scheduler import Scheduler
+from sandbox.sim.workloads import WorkloadStatus
+
+__all__ = ["SimulatedCluster", "SimulationOptions"]
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    nodes: int = 3
+    gpus_per_node: int = 8
+    mix: str = "h100"
+    """Comma-separated models, node ``i`` gets entry ``i % len``: h100, a100, l4, gb200, each
+    optionally ``-mig`` (every other GPU MIG-partitioned) and ``:<gpus>``."""
+    seed: int = 0
+    node_prefix: str = "gpu-node"
+    slices: bool = True
+    kubelet: bool = True
+    workloads: bool = True
+    resourceclaims: bool = True
+    scheduler: bool = True
+
+    def plans(self) -> list[NodePlan]:
+        return plan_nodes(self.nodes, self.gpus_per_node, parse_mix(self.mix), prefix=self.node_prefix)
+
+
+class SimulatedCluster:
+    def __init__(self, core: ApiCore, options: SimulationOptions | None = None) -> None:
+        self.core = core
+        self.options = options or SimulationOptions()
+        self.plans = self.options.plans()
+        self.controllers: list[Controller] = []
+        opts = self.options
+        if opts.slices:
+            self.controllers.append(SlicePublisher(core, self.plans, seed=opts.seed))
+        if opts.workloads:
+            self.controllers.append(WorkloadStatus(core))
+        if opts.resourceclaims:
+            self.controllers.append(ResourceClaimController(core))
+        if opts.scheduler:
+            self.controllers.append(Scheduler(core))
+        if opts.kubelet:
+            self.controllers.append(Kubelet(core))
+
+    def controller(self, name: str) -> Controller | None:
+        return next((c for c in self.controllers if c.name == name), None)
+
+    async def start(self) -> None:
+        await register_nodes(self.core, self.plans, seed=self.options.seed)
+        for c in self.controllers:
+            c.start()
+
+    async def stop(self) -> None:
+        for c in self.controllers:
+            await c.stop()
+
+    def idle(self) -> bool:
+        return all(c.idle() for c in self.controllers)
+
+    async def settle(self, timeout: float = 10.0, quiet: float = 0.05) -> None:
+        """Wait until every controller has had nothing to do for ``quiet`` seconds (tests)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        calm_since: float | None = None
+        while True:
+            now = loop.time()
+            if self.idle():
+                calm_since = calm_since if calm_since is not None else now
+                if now - calm_since >= quiet:
+                    return
+            else:
+                calm_since = None
+            if now > deadline:
+                busy = [c.name for c in self.controllers if not c.idle()]
+                raise TimeoutError(f"simulated controllers still busy: {', '.join(busy)}")
+            await asyncio.sleep(0.005)
