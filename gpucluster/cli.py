@@ -12,29 +12,13 @@ import sys
 from collections.abc import Sequence
 
 from gpucluster import __version__
-from gpucluster.commands import planned
 from gpucluster.errors import EXIT_USAGE, GpuclusterError
 
-# Commands of the ARCHITECTURE.md contract, in its order; those with a module under
-# gpucluster.commands are implemented, the others are registered as planned.
+# Commands of the ARCHITECTURE.md contract, in its order; each is a module of gpucluster.commands.
 CONTRACT = [
     "webhook", "controller", "run", "sandbox", "validate", "render",
     "admit", "match", "explain", "migrate", "audit", "certs",
 ]  # fmt: skip
-IMPLEMENTED = {
-    "validate",
-    "admit",
-    "webhook",
-    "explain",
-    "render",
-    "match",
-    "sandbox",
-    "controller",
-    "migrate",
-    "audit",
-    "certs",
-    "run",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,10 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in CONTRACT:
-        if name in IMPLEMENTED:
-            importlib.import_module(f"gpucluster.commands.{name}").register(subparsers)
-        else:
-            planned.register(subparsers, name)
+        importlib.import_module(f"gpucluster.commands.{name}").register(subparsers)
     return parser
 
 

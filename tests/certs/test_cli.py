@@ -15,12 +15,6 @@ from certs import rotation
 from gpucluster import cli
 
 
-@pytest.fixture(autouse=True)
-def certs_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until cli.IMPLEMENTED lists it, register the command for these tests."""
-    monkeypatch.setattr(cli, "IMPLEMENTED", cli.IMPLEMENTED | {"certs"})
-
-
 def run(*argv: str) -> int:
     try:
         return cli.main(list(argv))
@@ -82,12 +76,7 @@ def test_help_lists_the_three_actions(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_no_traceback_from_a_real_process(tmp_path: Path) -> None:
-    """The installed entry point, as users run it (skips until cli.py registers the command)."""
-    probe = subprocess.run(
-        [sys.executable, "-m", "gpucluster.cli", "certs", "generate", "--help"], capture_output=True, text=True
-    )
-    if "--out" not in probe.stdout:
-        pytest.skip("gpucluster certs is not registered in gpucluster.cli yet")
+    """The installed entry point, as users run it."""
     result = subprocess.run(
         [sys.executable, "-m", "gpucluster.cli", "certs", "inject", "--ca-file", str(tmp_path / "x")],
         capture_output=True,

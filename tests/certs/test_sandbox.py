@@ -16,11 +16,6 @@ from webhook.configurations import webhook_configurations
 sandbox = pytest.importorskip("sandbox")
 
 
-@pytest.fixture(autouse=True)
-def certs_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "IMPLEMENTED", cli.IMPLEMENTED | {"certs"})
-
-
 def test_rotate_and_inject_against_the_sandbox(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
 
