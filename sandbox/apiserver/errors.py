@@ -25,6 +25,8 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.retry_after = retry_after
+        # Admission warnings gathered before the denial; kube-apiserver sends them with the error.
+        self.warnings: list[str] = []
 
     def status(self) -> Obj:
         body: Obj = {

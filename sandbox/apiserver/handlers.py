@@ -64,7 +64,7 @@ def respond(request: web.Request, body: Any, status: int = 200, *, warnings: lis
 
 
 def error_response(request: web.Request, err: ApiError) -> web.Response:
-    resp = respond(request, err.status(), err.code)
+    resp = respond(request, err.status(), err.code, warnings=err.warnings)
     if err.retry_after is not None:
         resp.headers["Retry-After"] = str(err.retry_after)
     return resp

@@ -690,7 +690,7 @@ class WebhookAdmission:
         return response
 
     @staticmethod
-    def denial(hook: Webhook, response: Obj) -> ApiError:
+    def denial(hook: Webhook, response: Obj, warnings: list[str] | None = None) -> ApiError:
         """``ToStatusErr``: the webhook's Status with the ``admission webhook "<name>" denied`` message."""
         result: Obj = response["status"] if isinstance(response.get("status"), dict) else {}
         raw_code = result.get("code")
@@ -703,7 +703,9 @@ class WebhookAdmission:
         else:
             message = f"{denied_by} without explanation"
         details = result.get("details") if isinstance(result.get("details"), dict) else None
-        return ApiError(code, str(result.get("reason") or ""), message, details=details)
+        err = ApiError(code, str(result.get("reason") or ""), message, details=details)
+        err.warnings = list(warnings or [])
+        return err
 
     def _warn(self, req: Request, response: Obj) -> None:
         for warning in response.get("warnings") or []:
@@ -760,7 +762,7 @@ class WebhookAdmission:
         response = await self.call(hook, inv, req, obj, old)
         self._warn(req, response)
         if not response.get("allowed"):
-            raise self.denial(hook, response)
+            raise self.denial(hook, response, req.attrs.warnings)
         patch = response.get("patch")
         if not patch:
             return obj, False
@@ -844,7 +846,7 @@ class WebhookAdmission:
         response = await self.call(inv.webhook, inv, req, obj, old)
         self._warn(req, response)
         if not response.get("allowed"):
-            raise self.denial(inv.webhook, response)
+            raise self.denial(inv.webhook, response, req.attrs.warnings)
 
     # ------------------------------------------------------------ the configurations themselves
 

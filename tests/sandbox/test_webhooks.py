@@ -208,6 +208,7 @@ async def test_denial_message_code_and_warnings(sandbox: Sandbox, hooks: HookSer
         await create_pod(sandbox)
     assert err.value.code == 422 and err.value.reason == "Invalid"
     assert err.value.message == 'admission webhook "deny.example.com" denied the request: no GPUs for you'
+    assert err.value.warnings == ["think twice"]  # sent with the error, as kube-apiserver does
     hooks.handlers["v"] = lambda r: {"allowed": False}
     with pytest.raises(ApiError) as err:
         await create_pod(sandbox)
