@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 
@@ -158,12 +157,7 @@ async def _list_kind(kube: Kube, api_version: str, kind: str, required: bool) ->
 
 async def collect(kubeconfig: str | None) -> tuple[list[KubeObject], bool | None]:
     """The objects the audit reads, and whether our pod webhook is installed (None: not known)."""
-    if kubeconfig is not None and not os.path.isfile(kubeconfig):
-        raise InputError(f"--kubeconfig {kubeconfig}: no such file")
-    try:
-        kube = await Kube.connect(kubeconfig)
-    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
-        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    kube = await Kube.connect(kubeconfig)
     try:
         answers = await asyncio.gather(
             *(_list_kind(kube, av, kind, required) for av, kind, required in LISTED), return_exceptions=True

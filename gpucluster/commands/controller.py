@@ -12,7 +12,7 @@ import signal
 from controller.runtime import run_controller
 from gpucluster import logs
 from gpucluster.commands import Subparsers
-from gpucluster.errors import EXIT_OK, InputError
+from gpucluster.errors import EXIT_OK
 from gpucluster.kube.client import Kube
 
 
@@ -35,10 +35,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    try:
-        kube = await Kube.connect(args.kubeconfig)
-    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
-        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    kube = await Kube.connect(args.kubeconfig)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -216,10 +216,7 @@ class Stack:
         opts = self.options
         if self.uses_sandbox:
             await self._start_sandbox()
-        try:
-            self.kube = await Kube.connect(str(self.kubeconfig) if self.kubeconfig else opts.kubeconfig)
-        except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
-            raise InputError(f"cannot load the cluster configuration: {exc}") from None
+        self.kube = await Kube.connect(str(self.kubeconfig) if self.kubeconfig else opts.kubeconfig)
         await self._start_webhook()
         if opts.controller:
             self._start_controller()

@@ -108,10 +108,7 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings
         app = build_app(static, settings, tls=tls)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
         return
-    try:
-        kube = await Kube.connect(args.kubeconfig)
-    except Exception as exc:  # the client raises several types for a bad or missing kubeconfig
-        raise InputError(f"cannot load the cluster configuration: {exc}") from None
+    kube = await Kube.connect(args.kubeconfig)
     cluster = ClusterState()
     reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
     try:

@@ -11,6 +11,8 @@ from typing import Any
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
+from gpucluster.errors import InputError
+
 KubeObject = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 
@@ -46,7 +48,18 @@ class Kube:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
-        return cls(aio_client.ApiClient(await load_configuration(kubeconfig, context)))
+        """A client for ``kubeconfig`` (else in-cluster, else the default kubeconfig).
+
+        A missing or unusable configuration raises :class:`InputError` with one line.
+        """
+        if kubeconfig is not None and not os.path.isfile(kubeconfig):
+            raise InputError(f"--kubeconfig {kubeconfig}: no such file")
+        try:
+            configuration = await load_configuration(kubeconfig, context)
+        except Exception as exc:  # the client raises config, YAML, OS and value errors alike
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise InputError(f"cannot load the cluster configuration: {detail}") from None
+        return cls(aio_client.ApiClient(configuration))
 
     async def close(self) -> None:
         await self.api.close()
