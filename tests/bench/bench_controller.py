@@ -1,7 +1,8 @@
 """The controller against the sandbox: time to ready and API writes at 100 and 1,000 nodes, and the
 controller's memory with 1,000 nodes x 8 GPUs cached.
 
-The sandbox and the controller run as their own processes (`gpucluster sandbox`, `gpucluster
+The sandbox (its simulated controllers off, so that every write counted is the controller's) and
+the controller run as their own processes (`gpucluster sandbox --no-simulation`, `gpucluster
 controller`); this process creates the ResourceSlices, stands in for the DaemonSet controller
 (the workloads' status) and times from the GPUCluster's creation to `status.state: ready`.
 """
@@ -63,7 +64,7 @@ async def _scenario(nodes: int) -> dict[str, float]:
     kubeconfig = tmp / "kubeconfig"
     sandbox = subprocess.Popen(
         [sys.executable, "-m", "gpucluster.cli", "sandbox", "--nodes", str(nodes), "--kubeconfig-out", str(kubeconfig),
-         "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--log-level", "warning", "--no-simulation"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     controller = None
     kube = None
