@@ -3,10 +3,12 @@
 ``SimulatedCluster(core, SimulationOptions(...))`` registers the GPU nodes and starts, each
 switchable off:
 
-* ``slices`` - ``kubelet.SlicePublisher``: nodes publish NVIDIA ResourceSlices while the DRA
-  kubelet-plugin DaemonSet selects them;
+* ``slices`` - ``kubelet.SlicePublisher``: nodes publish NVIDIA ResourceSlices while a pod of
+  the DRA kubelet-plugin DaemonSet runs there (with the pod pipeline below switched off: while
+  the DaemonSet selects them);
 * ``kubelet`` - ``kubelet.Kubelet``: bound pods become Running;
-* ``workloads`` - ``workloads.WorkloadStatus``: DaemonSet and Deployment status;
+* ``workloads`` - ``workloads.Workloads``: DaemonSet, Deployment and ReplicaSet controllers
+  (real pods, rollouts, status from the pods; serves ``apps/v1 replicasets``);
 * ``resourceclaims`` - ``resourceclaim.ResourceClaimController``: claims from templates;
 * ``scheduler`` - ``scheduler.Scheduler``: DRA allocation, binding, FailedScheduling events.
 
@@ -23,7 +25,7 @@ from sandbox.sim.base import Controller
 from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
 from sandbox.sim.resourceclaim import ResourceClaimController
 from sandbox.sim.scheduler import Scheduler
-from sandbox.sim.workloads import WorkloadStatus
+from sandbox.sim.workloads import Workloads, ensure_replicasets
 
 __all__ = ["SimulatedCluster", "SimulationOptions"]
 
@@ -54,10 +56,13 @@ class SimulatedCluster:
         self.plans = self.options.plans()
         self.controllers: list[Controller] = []
         opts = self.options
+        # Slices follow the kubelet-plugin pods when they can run: created, scheduled, started.
+        self.pods_run = opts.workloads and opts.scheduler and opts.kubelet
         if opts.slices:
-            self.controllers.append(SlicePublisher(core, self.plans, seed=opts.seed))
+            self.controllers.append(SlicePublisher(core, self.plans, seed=opts.seed, follow_pods=self.pods_run))
         if opts.workloads:
-            self.controllers.append(WorkloadStatus(core))
+            ensure_replicasets(core.registry)
+            self.controllers.append(Workloads(core))
         if opts.resourceclaims:
             self.controllers.append(ResourceClaimController(core))
         if opts.scheduler:

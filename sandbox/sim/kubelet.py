@@ -4,15 +4,16 @@ kubelet that starts bound pods.
 * ``plan_nodes`` turns ``--nodes/--gpus-per-node/--mix`` into node plans (model, GPU count, MIG
   layout) and ``register_nodes`` creates the Nodes (``gpucluster.dra.simulate.node_object``:
   NFD and GPU Feature Discovery labels, ``feature.node.kubernetes.io/pci-10de.present=true``).
-* ``SlicePublisher``: when a DaemonSet named ``nvidia-dra-driver-kubelet-plugin`` (any namespace,
-  not being deleted) would run on a simulated node - its pod template's nodeSelector, required
-  node affinity and tolerations against the node's labels and taints - the node publishes the
+* ``SlicePublisher``: while a pod of a DaemonSet named ``nvidia-dra-driver-kubelet-plugin`` (any
+  namespace) runs on a simulated node (phase Running, not being deleted), the node publishes the
   slice the GPU kubelet plugin publishes (``node_slices``: one pool named after the node, created
   with ``generateName: <node>-gpu.nvidia.com-``, owned by the stored Node's uid); with a
-  ``compute-domains`` container in the template, fabric-attached nodes (GB200) also publish the
-  compute-domain slice. When no such DaemonSet selects the node any more, its slices are deleted.
-  No daemon pods are created (see ``workloads``); the slices appear as soon as the DaemonSet
-  selects the node.
+  ``compute-domains`` container in the pod, fabric-attached nodes (GB200) also publish the
+  compute-domain slice. When no such pod runs there any more, its slices are deleted at once
+  (the kubelet waits 30 s for a restarting plugin). With ``follow_pods=False`` (the workload,
+  scheduler or kubelet simulation is off, so no daemon pod would ever run) the DaemonSet's
+  selection stands in for its pods: its template's nodeSelector, required node affinity and
+  tolerations (plus the DaemonSet controller's defaults) against the node's labels and taints.
 * ``Kubelet``: a pod bound to an existing node (``spec.nodeName``) whose claims are allocated and
   reserved for it becomes Running and Ready (conditions, container statuses, pod and host IPs,
   start time). A pod asking for extended resources the node does not have is rejected as the
@@ -146,6 +147,23 @@ def _wants_compute_domains(ds: Obj) -> bool:
     return any(c.get("name") == "compute-domains" for c in template_spec.get("containers") or [])
 
 
+def plugin_pod(pod: Obj) -> tuple[str, bool] | None:
+    """(node, runs the compute-domains container) for a running pod of the kubelet-plugin DaemonSet."""
+    md = meta(pod)
+    spec = pod.get("spec") or {}
+    if md.get("deletionTimestamp") or not spec.get("nodeName"):
+        return None
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return None
+    if not any(
+        ref.get("kind") == "DaemonSet" and ref.get("name") == KUBELET_PLUGIN and ref.get("controller")
+        for ref in md.get("ownerReferences") or []
+    ):
+        return None
+    compute_domains = any(c.get("name") == "compute-domains" for c in spec.get("containers") or [])
+    return str(spec["nodeName"]), compute_domains
+
+
 class SlicePublisher(Controller):
     """Publishes a simulated node's ResourceSlices while the DRA kubelet-plugin DaemonSet selects it."""
 
@@ -154,16 +172,39 @@ class SlicePublisher(Controller):
     field_manager = "gpu.nvidia.com"
     backoff_max = 2.0
 
-    def __init__(self, core: ApiCore, plans: Iterable[NodePlan], *, seed: int = 0) -> None:
+    def __init__(self, core: ApiCore, plans: Iterable[NodePlan], *, seed: int = 0, follow_pods: bool = False) -> None:
         super().__init__(core)
         self.plans = {p.name: p for p in plans}
         self.seed = seed
+        self.follow_pods = follow_pods
         self._slices: dict[str, set[str]] = {}  # node -> names of our drivers' slices
+        self._plugins: dict[str, dict[tuple[str, str], bool]] = {}  # node -> running plugin pods -> compute domains
+        self._plugin_node: dict[tuple[str, str], str] = {}
 
     def initial_keys(self) -> Iterable[Hashable]:
         for s in self.core.store.iter(SLICES):
             self._index(s, present=True)
+        if self.follow_pods:
+            for pod in self.core.store.iter(PODS):
+                self._index_pod(pod, present=True)
         return sorted(self.plans, key=_natural)
+
+    def _index_pod(self, pod: Obj, *, present: bool) -> list[str]:
+        """Track running kubelet-plugin pods; returns the nodes whose plugin pods changed."""
+        key = (str(meta(pod).get("namespace")), str(meta(pod).get("name")))
+        before = self._plugin_node.pop(key, None)
+        was = self._plugins.get(before or "", {}).pop(key, None) if before is not None else None
+        if before is not None and not self._plugins.get(before):
+            self._plugins.pop(before, None)
+        running = plugin_pod(pod) if present else None
+        if running is not None:
+            node, compute_domains = running
+            self._plugin_node[key] = node
+            self._plugins.setdefault(node, {})[key] = compute_domains
+            if before == node and was == compute_domains:
+                return []
+            return [n for n in (before, node) if n is not None]
+        return [before] if before is not None else []
 
     def _index(self, s: Obj, *, present: bool) -> str | None:
         spec = s.get("spec") or {}
@@ -182,8 +223,13 @@ class SlicePublisher(Controller):
             node = self._index(event.obj, present=event.type != DELETED)
             if node in self.plans and event.type == DELETED:
                 self.enqueue(node)  # deleted by someone else: publish again if still selected
+        elif event.resource == PODS:
+            if self.follow_pods:
+                for node in self._index_pod(event.obj, present=event.type != DELETED):
+                    if node in self.plans:
+                        self.enqueue(node)
         elif event.resource == DAEMONSETS:
-            if meta(event.obj).get("name") != KUBELET_PLUGIN:
+            if self.follow_pods or meta(event.obj).get("name") != KUBELET_PLUGIN:
                 return
             old = event.old
             if old is not None and event.type != DELETED:
@@ -212,16 +258,21 @@ class SlicePublisher(Controller):
         node = self.core.store.get(NODES, "", name)
         if plan is None or node is None:
             return
-        selecting = [ds for ds in self._plugin_daemonsets() if _selects(ds, node)]
+        if self.follow_pods:
+            plugins = self._plugins.get(name) or {}
+            publish, compute_domains = bool(plugins), any(plugins.values())
+        else:
+            selecting = [ds for ds in self._plugin_daemonsets() if _selects(ds, node)]
+            publish, compute_domains = bool(selecting), any(_wants_compute_domains(ds) for ds in selecting)
         existing = [s for n in sorted(self._slices.get(name, ())) if (s := self.core.store.get(SLICES, "", n))]
         rt = self.rt("resource.k8s.io", "v1", "resourceslices")
         ctx = self.context()
         uid = str(meta(node).get("uid"))
-        if not selecting:
+        if not publish:
             for s in existing:
                 await self._delete(rt, s, ctx)
             return
-        wanted = plan.slices(uid, compute_domains=any(_wants_compute_domains(ds) for ds in selecting), seed=self.seed)
+        wanted = plan.slices(uid, compute_domains=compute_domains, seed=self.seed)
         have: dict[str, Obj] = {}
         for s in existing:
             owners = meta(s).get("ownerReferences") or []
@@ -356,6 +407,17 @@ class Kubelet(Controller):
         await self.core.update(rt, str(md["namespace"]), str(md["name"]), body, self.context(), subresource="status")
 
 
+def image_id(image: str) -> str:
+    """What a container runtime reports as imageID: ``<repository>@sha256:<digest>`` (the image's own
+    digest when it names one; ``registry:port/repo:tag`` keeps the port)."""
+    repository, _, digest = image.partition("@")
+    if not digest:
+        head, sep, last = repository.rpartition("/")
+        repository = head + sep + last.split(":", 1)[0]
+        digest = f"sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+    return f"{repository}@{digest}"
+
+
 def running_status(pod: Obj, node: Obj, now: str) -> Obj:
     """The status a kubelet reports for a pod whose containers started and are ready."""
     md, spec = meta(pod), pod.get("spec") or {}
@@ -380,7 +442,7 @@ def running_status(pod: Obj, node: Obj, now: str) -> Obj:
         out: Obj = {
             "name": c.get("name"),
             "image": image,
-            "imageID": f"{image.split('@')[0].split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
+            "imageID": image_id(image),
             "containerID": f"containerd://{digest}",
             "restartCount": 0,
         }

@@ -30,6 +30,11 @@ DAEMONSET_TOLERATIONS: tuple[Obj, ...] = (
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+# kube-scheduler's words for the nodes a PreFilter result (node names) left out, and for terms
+# whose metadata.name requirements exclude each other.
+NOT_IN_PREFILTER = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+AFFINITY_CONFLICT = "pod affinity terms conflict"
+NODE_NAME_FIELD = "metadata.name"
 
 
 def node_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -196,3 +201,100 @@ def filter_node(spec: Mapping[str, Any], node: Mapping[str, Any], *, daemon: boo
     if missing:
         return f"Insufficient {missing[0]}"
     return None
+
+
+def required_node_names(spec: Mapping[str, Any]) -> frozenset[str] | None:
+    """The NodeAffinity PreFilter: the node names required node affinity restricts the pod to
+    through ``matchFields`` ``metadata.name In [...]`` (intersected within a term, united over the
+    terms), or None when some term (or no term) leaves every node possible. An empty set means
+    the terms conflict."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = (affinity or {}).get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        found: set[str] | None = None
+        for req in term.get("matchFields") or []:
+            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
+                values = {str(v) for v in req.get("values") or []}
+                found = values if found is None else found & values
+        if found is None:
+            return None  # this term does not pin the pod: every node may match
+        names |= found
+    return frozenset(names)
+
+
+def target_node(pod: Mapping[str, Any]) -> str | None:
+    """The node a daemon pod is for: ``spec.nodeName``, else the ``metadata.name In [node]``
+    requirement of its required node affinity (the DaemonSet controller's GetTargetNodeName)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    for term in (affinity or {}).get("nodeSelectorTerms") or []:
+        for req in term.get("matchFields") or []:
+            if req.get("key") == NODE_NAME_FIELD and req.get("operator") == "In":
+                values = req.get("values") or []
+                return str(values[0]) if len(values) == 1 else None
+    return None
+
+
+def pin_to_node(spec: Mapping[str, Any], node: str) -> Obj:
+    """A copy of the pod spec whose required node affinity is replaced by ``metadata.name In
+    [node]`` (ReplaceDaemonSetPodNodeNameNodeAffinity: the whole required selector is replaced,
+    preferred terms and pod (anti-)affinity stay). Shallow: only the changed path is new."""
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]}]}
+    affinity = dict(spec.get("affinity") or {})
+    affinity["nodeAffinity"] = {
+        **(affinity.get("nodeAffinity") or {}),
+        "requiredDuringSchedulingIgnoredDuringExecution": selector,
+    }
+    return {**spec, "affinity": affinity}
+
+
+def with_daemon_tolerations(spec: Mapping[str, Any]) -> Obj:
+    """A copy of the pod spec with the DaemonSet controller's tolerations added (an identical
+    toleration is not repeated; network-unavailable only for host-network pods)."""
+    tolerations = list(spec.get("tolerations") or [])
+    wanted = list(DAEMONSET_TOLERATIONS)
+    if spec.get("hostNetwork"):
+        wanted.append({"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"})
+    for tol in wanted:
+        same = [
+            i
+            for i, t in enumerate(tolerations)
+            if t.get("key") == tol["key"] and t.get("effect") == tol["effect"] and t.get("operator") == tol["operator"]
+        ]
+        if same:
+            tolerations[same[0]] = dict(tol)
+        else:
+            tolerations.append(dict(tol))
+    return {**spec, "tolerations": tolerations}
+
+
+def daemon_should_run(spec: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(should run, should continue running) of a daemon pod with template ``spec`` on ``node``,
+    as the DaemonSet controller's NodeShouldRunDaemonPod decides: a template ``nodeName`` must
+    name the node, nodeSelector and required node affinity must match (else neither); an
+    untolerated NoSchedule/NoExecute taint means no new pod, and an untolerated NoExecute taint
+    also evicts the running one. The DaemonSet controller's default tolerations count."""
+    name = str((node.get("metadata") or {}).get("name") or "")
+    if spec.get("nodeName") and spec.get("nodeName") != name:
+        return False, False
+    if not matches_node_affinity(spec, node):
+        return False, False
+    tolerations = [*(spec.get("tolerations") or []), *DAEMONSET_TOLERATIONS]
+    if untolerated_taint(tolerations, node) is not None:
+        return False, untolerated_taint(tolerations, node, ("NoExecute",)) is None
+    return True, True
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Condition Ready=True (podutil.IsPodReady). minReadySeconds are not modelled: ready is available."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -4,7 +4,10 @@
 For a pending pod without ``spec.nodeName`` whose ResourceClaims all exist (generated ones are
 named in ``status.resourceClaimStatuses``):
 
-1. nodes are filtered in kube-scheduler's order - NodeUnschedulable, TaintToleration,
+1. nodes are filtered in kube-scheduler's order - the NodeAffinity PreFilter first (a required
+   node affinity ``matchFields`` ``metadata.name In [...]``, as daemon pods have, restricts the
+   candidates to those nodes; the others count as ``node(s) didn't satisfy plugin(s)
+   [NodeAffinity]``), then NodeUnschedulable, TaintToleration,
    NodeAffinity (nodeSelector and required node affinity), NodeResourcesFit for extended
    resources (there is no device plugin: nodes have no ``nvidia.com/gpu`` capacity, so such pods
    stay Pending with ``Insufficient nvidia.com/gpu``), then DynamicResources: claims already
@@ -25,7 +28,12 @@ named in ``status.resourceClaimStatuses``):
    the pod gets ``PodScheduled=False`` with reason Unschedulable, and the pod is tried again when
    the cluster changes (nodes, slices, device classes, deallocated or deleted claims, deleted
    pods), at most once per second, and every 5 minutes regardless (as kube-scheduler flushes its
-   unschedulable queue).
+   unschedulable queue). A change on one node only wakes the pods that may go there (pods
+   pinned to other nodes stay asleep, like kube-scheduler's queueing hints).
+
+Events go through ``events.EventRecorder`` (client-go's correlation: identical events bump
+``count``). Slices and allocated claims are indexed by node, so allocating for a pod pinned to
+one node looks at that node's devices only.
 
 No preemption, no scoring, no CPU/memory accounting, no pod (anti-)affinity or topology spread.
 """
@@ -33,7 +41,6 @@ No preemption, no scoring, no CPU/memory accounting, no pod (anti-)affinity or t
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -46,6 +53,7 @@ from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import ADDED, DELETED, Event, rv_of
 from sandbox.sim import predicates
 from sandbox.sim.base import Controller, Obj, Retry, meta
+from sandbox.sim.events import EventRecorder
 from sandbox.sim.kubelet import claim_names
 from sandbox.sim.resourceclaim import FINALIZER
 
@@ -129,6 +137,20 @@ def _truncate(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
+def allocated_node(claim: Obj) -> str | None:
+    """The one node an allocated claim is bound to (its allocation's ``metadata.name In [node]``), else None."""
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+    if not selector:
+        return None
+    names = predicates.required_node_names(
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}}
+    )
+    return next(iter(names)) if names is not None and len(names) == 1 else None
+
+
+Key = tuple[str, str]
+
+
 class Scheduler(Controller):
     name = "scheduler"
     username = "system:kube-scheduler"
@@ -137,14 +159,63 @@ class Scheduler(Controller):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.unschedulable: dict[tuple[str, str], float] = {}  # pod -> when it last failed
+        self.unschedulable: dict[Key, float] = {}  # pod -> when it last failed
+        self._pins: dict[Key, frozenset[str] | None] = {}  # unschedulable pod -> the nodes it may go to
+        self._waiting_on: dict[str, set[Key]] = {}  # node -> unschedulable pods pinned to it
+        self._unpinned: set[Key] = set()
         self._flush_pending = False
+        self._flush_all = False
+        self._flush_nodes: set[str] = set()
+        self._slices: dict[str | None, set[str]] = {}  # node (None: not node-local) -> slice names
+        self._allocated: dict[str | None, set[Key]] = {}  # node (None: not one node) -> allocated claims
+        self._claim_node: dict[Key, str | None] = {}
+        self.events = EventRecorder(self.core, SCHEDULER, self.context)
         self.attempts = 0
 
     def initial_keys(self) -> Iterable[Hashable]:
+        for s in self.core.store.iter(SLICES):
+            self._index_slice(s, present=True)
+        for c in self.core.store.iter(CLAIMS):
+            self._index_claim(c)
+        out = []
         for pod in self.core.store.iter(PODS):
             if self._pending(pod):
-                yield (meta(pod).get("namespace"), meta(pod).get("name"))
+                out.append((meta(pod).get("namespace"), meta(pod).get("name")))
+        return out
+
+    # ------------------------------------------------------------ indexes
+
+    def _index_slice(self, s: Obj, *, present: bool) -> str | None:
+        node = (s.get("spec") or {}).get("nodeName") or None
+        names = self._slices.setdefault(node, set())
+        if present:
+            names.add(str(meta(s)["name"]))
+        else:
+            names.discard(str(meta(s)["name"]))
+        return str(node) if node else None
+
+    def _index_claim(self, claim: Obj | None, key: Key | None = None) -> None:
+        if key is None:
+            assert claim is not None
+            key = (str(meta(claim).get("namespace")), str(meta(claim).get("name")))
+        if key in self._claim_node:
+            before = self._claim_node.pop(key)
+            self._allocated.get(before, set()).discard(key)
+        if claim is not None and (claim.get("status") or {}).get("allocation"):
+            node = allocated_node(claim)
+            self._claim_node[key] = node
+            self._allocated.setdefault(node, set()).add(key)
+
+    def _forget(self, key: Key) -> None:
+        self.unschedulable.pop(key, None)
+        pins = self._pins.pop(key, None)
+        self._unpinned.discard(key)
+        for node in pins or ():
+            waiting = self._waiting_on.get(node)
+            if waiting is not None:
+                waiting.discard(key)
+                if not waiting:
+                    del self._waiting_on[node]
 
     @staticmethod
     def _pending(pod: Obj) -> bool:
@@ -164,12 +235,13 @@ class Scheduler(Controller):
         if resource == PODS:
             key = (str(meta(obj).get("namespace")), str(meta(obj).get("name")))
             if event.type == DELETED:
-                self.unschedulable.pop(key, None)
-                if (obj.get("spec") or {}).get("nodeName"):
-                    self._cluster_changed()
+                self._forget(key)
+                node = (obj.get("spec") or {}).get("nodeName")
+                if node:
+                    self._cluster_changed(str(node))
                 return
             if not self._pending(obj):
-                self.unschedulable.pop(key, None)
+                self._forget(key)
                 return
             if old is None or not self._pending(old):
                 self.enqueue(key)
@@ -178,14 +250,21 @@ class Scheduler(Controller):
             if (old.get("spec") or {}) != (obj.get("spec") or {}) or before.get("resourceClaimStatuses") != after.get(
                 "resourceClaimStatuses"
             ):
-                self.unschedulable.pop(key, None)
+                self._forget(key)
                 self.enqueue(key)
-        elif resource in (NODES, SLICES, CLASSES):
-            if resource == NODES and event.type != DELETED and not predicates.node_changed(old, obj):
+        elif resource == NODES:
+            if event.type != DELETED and not predicates.node_changed(old, obj):
                 return
-            self._cluster_changed()
+            self._cluster_changed(str(meta(obj).get("name")))
+        elif resource == SLICES:
+            if old is not None:
+                self._index_slice(old, present=False)
+            self._cluster_changed(self._index_slice(obj, present=event.type != DELETED))
+        elif resource == CLASSES:
+            self._cluster_changed(None)
         elif resource == CLAIMS:
             ns = str(meta(obj).get("namespace"))
+            self._index_claim(None if event.type == DELETED else obj, (ns, str(meta(obj).get("name"))))
             if event.type == ADDED:
                 for pod in self._pods_of(obj):
                     self.enqueue((ns, pod))
@@ -193,14 +272,21 @@ class Scheduler(Controller):
             was = bool(((old or {}).get("status") or {}).get("allocation"))
             now = bool((obj.get("status") or {}).get("allocation")) and event.type != DELETED
             if was and not now:
-                self._cluster_changed()  # devices freed
+                self._cluster_changed(allocated_node(old or {}))  # devices freed
 
     def _pods_of(self, claim: Obj) -> list[str]:
         owners = [r.get("name") for r in meta(claim).get("ownerReferences") or [] if r.get("kind") == "Pod"]
         return [str(o) for o in owners if o]
 
-    def _cluster_changed(self) -> None:
-        if self._flush_pending or not self.unschedulable:
+    def _cluster_changed(self, node: str | None) -> None:
+        """Something changed on ``node`` (None: anywhere): retry the unschedulable pods it may help."""
+        if not self.unschedulable:
+            return
+        if node is None:
+            self._flush_all = True
+        else:
+            self._flush_nodes.add(node)
+        if self._flush_pending:
             return
         self._flush_pending = True
         try:
@@ -212,9 +298,21 @@ class Scheduler(Controller):
 
     def _flush(self) -> None:
         self._flush_pending = False
+        keys: Iterable[Key]
+        if self._flush_all:
+            keys = list(self.unschedulable)
+        else:
+            wake = set(self._unpinned)
+            for node in self._flush_nodes:
+                wake |= self._waiting_on.get(node, set())
+            keys = wake
+        self._flush_all = False
+        self._flush_nodes = set()
         now = time.monotonic()
-        for key, failed_at in list(self.unschedulable.items()):
-            self.enqueue_after(key, failed_at + RETRY_INTERVAL - now)
+        for key in keys:
+            failed_at = self.unschedulable.get(key)
+            if failed_at is not None:
+                self.enqueue_after(key, failed_at + RETRY_INTERVAL - now)
 
     # ------------------------------------------------------------ one pod
 
@@ -222,7 +320,7 @@ class Scheduler(Controller):
         ns, name = str(key[0]), str(key[1])
         pod = self.core.store.get(PODS, ns, name)
         if pod is None or not self._pending(pod):
-            self.unschedulable.pop((ns, name), None)
+            self._forget((ns, name))
             return
         names = claim_names(pod)
         if names is None:
@@ -234,9 +332,20 @@ class Scheduler(Controller):
                 return  # waiting for the claim (PreEnqueue: no event); its ADDED event wakes us
             claims.append(claim)
         self.attempts += 1
-        nodes = sorted(self.core.store.iter(NODES), key=lambda n: _natural(str(meta(n)["name"])))
         spec = pod.get("spec") or {}
+        total = self.core.store.count(NODES)
+        pins = predicates.required_node_names(spec)
         reasons: Counter[str] = Counter()
+        prefilter = ""
+        if pins is None:
+            nodes = list(self.core.store.iter(NODES))
+        else:
+            nodes = [n for name in pins if (n := self.core.store.get(NODES, "", name)) is not None]
+            if not pins:
+                prefilter = predicates.AFFINITY_CONFLICT
+            elif total > len(nodes):
+                reasons[predicates.NOT_IN_PREFILTER] += total - len(nodes)
+        nodes.sort(key=lambda n: _natural(str(meta(n)["name"])))
         eligible: list[Obj] = []
         for node in nodes:
             why = predicates.filter_node(spec, node)
@@ -250,7 +359,8 @@ class Scheduler(Controller):
         chosen: Obj | None = None
         allocation: dict[str, list[Any]] = {}
         detail = ""
-        prefilter = ""
+        if prefilter:
+            eligible = []
         if eligible and to_allocate:
             outcome = self._allocate(to_allocate, eligible)
             if isinstance(outcome, str):
@@ -270,10 +380,10 @@ class Scheduler(Controller):
         elif eligible:
             chosen = eligible[0]
         if chosen is None:
-            message = fit_error(len(nodes), reasons, prefilter)
+            message = fit_error(total, reasons, prefilter)
             if detail:
                 message += f" allocator: {detail}"
-            await self._unschedulable(pod, _truncate(message))
+            await self._unschedulable(pod, _truncate(message), pins)
             return
         await self._bind(pod, claims, allocation, chosen)
 
@@ -286,19 +396,24 @@ class Scheduler(Controller):
         return None
 
     def _allocate(self, claims: list[Obj], nodes: list[Obj]) -> list[NodeResult] | str:
-        names = {str(meta(n)["name"]) for n in nodes}
+        """``explain`` over ``nodes``: their slices and the slices of no single node, the device
+        classes, and the claims allocated on those nodes or on no single node (the others hold
+        devices of other nodes' pools only)."""
+        where: list[str | None] = [str(meta(n)["name"]) for n in nodes]
+        where.append(None)
         own = {object_ref(c) for c in claims}
         cluster: list[Obj] = list(nodes)
-        for s in self.core.store.iter(SLICES):
-            node = (s.get("spec") or {}).get("nodeName")
-            if not node or node in names:
-                cluster.append(s)
+        for node in where:
+            for name in sorted(self._slices.get(node, ())):
+                s = self.core.store.get(SLICES, "", name)
+                if s is not None:
+                    cluster.append(s)
         cluster.extend(self.core.store.iter(CLASSES))
-        cluster.extend(
-            c
-            for c in self.core.store.iter(CLAIMS)
-            if (c.get("status") or {}).get("allocation") and object_ref(c) not in own
-        )
+        for node in where:
+            for ns, name in sorted(self._allocated.get(node, ())):
+                c = self.core.store.get(CLAIMS, ns, name)
+                if c is not None and (c.get("status") or {}).get("allocation") and object_ref(c) not in own:
+                    cluster.append(c)
         try:
             result = explain(claims, cluster)
         except AllocatorInputError as exc:
@@ -333,7 +448,7 @@ class Scheduler(Controller):
                     claims_rt, ns, str(cmd["name"]), {**claim, "status": status}, ctx, subresource="status"
                 )
         await self._binding(pod, node_name)
-        self.unschedulable.pop((ns, name), None)
+        self._forget((ns, name))
         await self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node_name}")
 
     def _allocation(self, claim: Obj, devices: list[Any], node: str) -> Obj:
@@ -352,8 +467,22 @@ class Scheduler(Controller):
                 config.append({"source": "FromClass", "requests": reqs, **entry})
         for entry in (spec.get("devices") or {}).get("config") or []:
             config.append({"source": "FromClaim", "requests": entry.get("requests") or requests, **entry})
+        admin: set[str] = set()  # requests (``request`` or ``request/subrequest``) with adminAccess
+        for request in (spec.get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly") or {}
+            if exactly.get("adminAccess") is True:
+                admin.add(str(request.get("name")))
+            for sub in request.get("firstAvailable") or []:
+                if isinstance(sub, dict) and sub.get("adminAccess") is True:
+                    admin.add(f"{request.get('name')}/{sub.get('name')}")
+        results = []
+        for d in devices:
+            result: Obj = d.to_json()
+            if result["request"] in admin:
+                result["adminAccess"] = True  # the device is not taken from other claims
+            results.append(result)
         out: Obj = {
-            "devices": {"results": [d.to_json() for d in devices]},
+            "devices": {"results": results},
             "nodeSelector": {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
             },
@@ -405,10 +534,16 @@ class Scheduler(Controller):
             )
         self.core.store.update(PODS, new, expected_rv=rv_of(pod))
 
-    async def _unschedulable(self, pod: Obj, message: str) -> None:
+    async def _unschedulable(self, pod: Obj, message: str, pins: frozenset[str] | None) -> None:
         md = meta(pod)
         key = (str(md["namespace"]), str(md["name"]))
+        self._forget(key)
         self.unschedulable[key] = time.monotonic()
+        self._pins[key] = pins
+        if pins is None:
+            self._unpinned.add(key)
+        for node in pins or ():
+            self._waiting_on.setdefault(node, set()).add(key)
         self.enqueue_after(key, UNSCHEDULABLE_FLUSH)  # podMaxInUnschedulablePodsDuration
         await self._event(pod, "Warning", "FailedScheduling", message)
         status = dict(pod.get("status") or {})
@@ -437,52 +572,5 @@ class Scheduler(Controller):
                 raise
 
     async def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event; an identical one (same pod, reason, message) gets its count bumped."""
-        md = meta(pod)
-        ns = str(md["namespace"])
-        rt = self.rt("", "v1", "events")
-        now = self.core.now()
-        for ev in self.core.store.iter(EVENTS, ns):
-            involved = ev.get("involvedObject") or {}
-            if (
-                involved.get("uid") == md.get("uid")
-                and ev.get("reason") == reason
-                and ev.get("message") == message
-                and (ev.get("source") or {}).get("component") == SCHEDULER
-            ):
-                body = {**ev, "count": int(ev.get("count") or 1) + 1, "lastTimestamp": now}
-                try:
-                    await self.core.update(rt, ns, str(meta(ev)["name"]), body, self.context())
-                except ApiError as exc:
-                    if exc.code not in (404, 409):
-                        raise
-                return
-        digest = hashlib.sha256(f"{md.get('uid')}/{reason}/{message}/{time.time_ns()}".encode()).hexdigest()[:16]
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{md['name']}.{digest}", "namespace": ns},
-            "involvedObject": {
-                "kind": "Pod",
-                "namespace": ns,
-                "name": md["name"],
-                "uid": md.get("uid"),
-                "apiVersion": "v1",
-                "resourceVersion": md.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "source": {"component": SCHEDULER},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "type": type_,
-            "eventTime": None,
-            "reportingComponent": SCHEDULER,
-            "reportingInstance": "",
-        }
-        try:
-            await self.core.create(rt, ns, event, self.context(), managed=False)
-        except ApiError as exc:
-            if exc.code not in (403, 404, 409):
-                raise
+        """Record a core/v1 Event about the pod (an identical one gets its count bumped)."""
+        await self.events.event(pod, "Pod", "v1", type_, reason, message)
