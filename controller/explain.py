@@ -46,15 +46,28 @@ def pod_claims(pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, An
 
 
 def pending_on_claims(pod: Mapping[str, Any]) -> bool:
+    """A pod with claims that kube-scheduler has tried and found unschedulable.
+
+    Pods the scheduler has not judged yet are left to it: explaining every pending pod would
+    repeat the scheduler's work for pods that are about to be placed.
+    """
     spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase", "Pending")
-    return phase == "Pending" and not spec.get("nodeName") and bool(spec.get("resourceClaims"))
+    status = pod.get("status") or {}
+    if status.get("phase", "Pending") != "Pending" or spec.get("nodeName") or not spec.get("resourceClaims"):
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
+    )
 
 
 @dataclass
 class Explainer:
+    """``max_per_pass`` bounds the allocator runs of one pass; the rest wait for the next pass."""
+
     state: ClusterState
     min_interval: float = 60.0
+    max_per_pass: int = 20
     clock: Callable[[], float] = time.monotonic
     _last: dict[str, tuple[str, float]] = field(default_factory=dict)
 
@@ -63,17 +76,25 @@ class Explainer:
         out = []
         cluster: list[dict[str, Any]] | None = None
         live: set[str] = set()
+        budget = self.max_per_pass
+        now = self.clock()
         for pod in self.state.list("Pod"):
             if not pending_on_claims(pod):
                 continue
+            uid = str(_meta(pod).get("uid") or _meta(pod).get("name"))
+            live.add(uid)
+            last = self._last.get(uid)
+            if last is not None and now - last[1] < self.min_interval:
+                continue  # explained recently: the allocator is not run again before the interval
+            if budget <= 0:
+                continue
+            budget -= 1
             claims = pod_claims(pod, self.state)
             if not claims:
                 continue
             waiting = [c for c in claims if not (c.get("status") or {}).get("allocation")]
             if not waiting:
                 continue
-            uid = str(_meta(pod).get("uid") or _meta(pod).get("name"))
-            live.add(uid)
             if cluster is None:
                 cluster = [
                     *self.state.list("ResourceSlice"),
@@ -87,11 +108,9 @@ class Explainer:
                 reason = str(exc)
             if not reason:
                 continue  # satisfiable: the scheduler will get to it
-            last = self._last.get(uid)
-            now = self.clock()
-            if last is not None and (last[0] == reason or now - last[1] < self.min_interval):
-                continue
             self._last[uid] = (reason, now)
+            if last is not None and last[0] == reason:
+                continue  # same reason as the event already posted
             out.append((pod, waiting, reason))
         for uid in set(self._last) - live:
             del self._last[uid]

@@ -319,7 +319,7 @@ class Reconciler:
                 if obj["kind"] in ("DaemonSet", "Deployment"):
                     workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
         await self.prune(str(_meta(cluster).get("uid") or ""), desired_keys)
-        await self.label_nodes()
+        relabelled = await self.label_nodes()
 
         statuses = []
         for kind, namespace, name in workloads:
@@ -328,17 +328,19 @@ class Reconciler:
                 statuses.append(workload_status(live))
             else:
                 statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
-        ready = all(s.ready for s in statuses)
+        # Nodes labelled in this pass are not yet in the DaemonSets' status: not ready until they are.
+        ready = all(s.ready for s in statuses) and not relabelled
         stock = inventory(self.state.list("ResourceSlice"), self.state.list("ResourceClaim"))
         if ready:
             await self.set_status(
                 cluster, state="ready", reason="Reconciled", message="all operands are ready", inventory=stock
             )
             return 60.0
-        await self.set_status(
-            cluster, state="notReady", reason=OPERANDS_NOT_READY, message=not_ready_message(statuses), inventory=stock
+        message = (
+            not_ready_message(statuses) or f"waiting for the operands to schedule on {relabelled} newly labelled nodes"
         )
-        return 5.0
+        await self.set_status(cluster, state="notReady", reason=OPERANDS_NOT_READY, message=message, inventory=stock)
+        return 1.0 if relabelled else 5.0
 
     async def _check_extended_resource(self, cluster: Mapping[str, Any], device_class: Mapping[str, Any]) -> None:
         """An API server without DRAExtendedResource drops the field: say so, the webhook translates instead."""
@@ -388,7 +390,9 @@ class Reconciler:
                 log.info("deleting %s %s/%s: its operand is disabled", kind, key[1], key[2])
                 await self.delete(obj)
 
-    async def label_nodes(self) -> None:
+    async def label_nodes(self) -> int:
+        """Label GPU nodes; returns how many nodes were patched."""
+        patched = 0
         mode = self.env.get("DEFAULT_GPU_ALLOCATION_MODE")
         busy = nodes_with_claims(self.state.list("ResourceClaim"))
         for node in self.state.list("Node"):
@@ -404,6 +408,8 @@ class Reconciler:
             )
             result.setdefault("kind", "Node")
             self.state.upsert("Node", result)
+            patched += 1
+        return patched
 
     async def finalize(self, cluster: Mapping[str, Any]) -> float:
         """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""

@@ -47,8 +47,8 @@ class ClusterState:
         by_kind: dict[str, list[KubeObject]] = {kind: [] for kind in KINDS}
         for obj in objects:
             kind = obj.get("kind")
-            if isinstance(kind, str) and kind in by_kind:
-                by_kind[kind].append(dict(obj))
+            if isinstance(kind, str):
+                by_kind.setdefault(kind, []).append(dict(obj))
         for kind, items in by_kind.items():
             state.replace(kind, items)
         return state

@@ -285,6 +285,15 @@ async def test_a_pod_pending_on_an_impossible_claim_gets_an_explaining_event(env
            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "b200"}],
                     "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]}}  # fmt: skip
     await env.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod)
+    # What kube-scheduler records on a pod it could not place; the controller explains only those.
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "cannot allocate all claims",
+    }
+    await env.kube.request("PATCH", "/api/v1/namespaces/default/pods/wants-b200/status", body={"status": {"conditions": [unschedulable]}},
+                           content_type="application/merge-patch+json")  # fmt: skip
     await env.start_controller()
 
     async def explained() -> Any:
