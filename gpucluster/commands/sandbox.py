@@ -23,7 +23,7 @@ def register(subparsers: Subparsers) -> None:
         "sandbox",
         help="run a local simulated GPU cluster (API server double) that kubectl can use",
         description="Start an in-memory Kubernetes API server over HTTPS with N simulated GPU nodes and the "
-        "simulated controllers (slice publishing, DaemonSet/Deployment status, resourceclaim controller, "
+        "simulated controllers (slice publishing, DaemonSet/Deployment/ReplicaSet pods and status, resourceclaim controller, "
         "scheduler, kubelet), write a kubeconfig for it, and serve until SIGINT/SIGTERM.",
     )
     parser.add_argument("--nodes", type=int, default=3, help="number of simulated GPU nodes (default 3)")
@@ -38,7 +38,7 @@ def register(subparsers: Subparsers) -> None:
     )
     for name, what in (
         ("slices", "nodes publishing ResourceSlices when the DRA kubelet-plugin DaemonSet selects them"),
-        ("workloads", "DaemonSet and Deployment status"),
+        ("workloads", "the DaemonSet, Deployment and ReplicaSet controllers (pods and status)"),
         ("resourceclaims", "the resourceclaim controller (claims from templates)"),
         ("scheduler", "the scheduler (DRA allocation, binding, FailedScheduling events)"),
         ("kubelet", "the kubelet (bound pods become Running)"),

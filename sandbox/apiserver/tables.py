@@ -278,6 +278,13 @@ BUILTIN: dict[tuple[str, str], list[Column]] = {
         ("Available", "integer", "", 0, _num("status", "availableReplicas")),
         AGE,
     ],
+    ("apps", "replicasets"): [
+        NAME,
+        ("Desired", "integer", "", 0, _num("spec", "replicas")),
+        ("Current", "integer", "", 0, _num("status", "replicas")),
+        ("Ready", "integer", "", 0, _num("status", "readyReplicas")),
+        AGE,
+    ],
     ("coordination.k8s.io", "leases"): [NAME, ("Holder", "string", "", 0, _str("spec", "holderIdentity")), AGE],
     ("apiextensions.k8s.io", "customresourcedefinitions"): [NAME, ("Created At", "date", "", 0, _created_at)],
     ("rbac.authorization.k8s.io", "clusterroles"): [NAME, ("Created At", "date", "", 0, _created_at)],
