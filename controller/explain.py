@@ -13,21 +13,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucluster.clusterstate import ClusterState
+from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.dra.allocator import explain
 from gpucluster.dra.model import AllocatorInputError
 
 REASON = "ClaimUnsatisfiable"
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
 def pod_claims(pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, Any]] | None:
     """The pod's ResourceClaims, or None while any of them does not exist yet."""
-    namespace = str(_meta(pod).get("namespace") or "")
+    namespace = str(metadata(pod).get("namespace") or "")
     generated = {
         s.get("name"): s.get("resourceClaimName")
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -81,7 +76,7 @@ class Explainer:
         for pod in self.state.list("Pod"):
             if not pending_on_claims(pod):
                 continue
-            uid = str(_meta(pod).get("uid") or _meta(pod).get("name"))
+            uid = str(metadata(pod).get("uid") or metadata(pod).get("name"))
             live.add(uid)
             last = self._last.get(uid)
             if last is not None and now - last[1] < self.min_interval:

@@ -34,7 +34,7 @@ from controller.status import (
 )
 from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
 from gpucluster.api.validation import problems_from
-from gpucluster.clusterstate import ClusterState, KubeObject
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState, KubeObject, metadata
 from gpucluster.dra.semver import Semver, SemverError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.paths import collection_path, object_path
@@ -44,7 +44,6 @@ log = logging.getLogger("gpucluster.controller")
 
 FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
 HASH_ANNOTATION = "gpucluster.nvidia.com/applied-hash"
-ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 FIELD_MANAGER = "gpucluster"
 MIN_VERSION = (1, 34, 2)
 GPUCLUSTER_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
@@ -84,17 +83,12 @@ def content_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("controller") for ref in _meta(obj).get("ownerReferences") or [])
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in metadata(obj).get("ownerReferences") or [])
 
 
 def _strip_times(status: Mapping[str, Any] | None) -> Any:
@@ -136,7 +130,7 @@ class Reconciler:
 
     async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on ``obj`` (cluster-scoped objects get events in 'default')."""
-        meta = _meta(obj)
+        meta = metadata(obj)
         namespace = str(meta.get("namespace") or "default")
         now = self.now()
         event = {
@@ -169,12 +163,12 @@ class Reconciler:
     async def apply(self, obj: KubeObject) -> bool:
         """Server-side apply ``obj`` unless its live copy already carries the same content hash."""
         desired = dict(obj)
-        meta = dict(_meta(desired))
+        meta = dict(metadata(desired))
         digest = content_hash(obj)
         meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
         desired["metadata"] = meta
         live = self.state.get(str(obj["kind"]), str(meta["name"]), str(meta.get("namespace") or ""))
-        if live is not None and (_meta(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
+        if live is not None and (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
             return False
         result = await self._write(
             "PATCH",
@@ -236,7 +230,7 @@ class Reconciler:
     # ------------------------------------------------------------------ status
 
     async def set_status(self, cluster: Mapping[str, Any], **kwargs: Any) -> None:
-        meta = _meta(cluster)
+        meta = metadata(cluster)
         generation = int(meta.get("generation") or 0)
         current = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
         new = desired_status(current, namespace=self.namespace, generation=generation, now=self.now(), **kwargs)
@@ -261,7 +255,7 @@ class Reconciler:
     async def reconcile(self) -> float:
         """One pass; returns seconds until the next pass (5 while not ready, 60 when ready)."""
         for other in self.state.list("GPUCluster"):
-            if _meta(other).get("name") != SINGLETON_NAME and not _meta(other).get("deletionTimestamp"):
+            if metadata(other).get("name") != SINGLETON_NAME and not metadata(other).get("deletionTimestamp"):
                 await self.set_status(
                     other, state="disabled", reason=NOT_SINGLETON,
                     message=f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled",
@@ -269,9 +263,9 @@ class Reconciler:
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
         if cluster is None:
             return 60.0
-        if _meta(cluster).get("deletionTimestamp"):
+        if metadata(cluster).get("deletionTimestamp"):
             return await self.finalize(cluster)
-        if FINALIZER not in (_meta(cluster).get("finalizers") or []):
+        if FINALIZER not in (metadata(cluster).get("finalizers") or []):
             await self._add_finalizer(cluster)
             cluster = self.state.get("GPUCluster", SINGLETON_NAME) or cluster
 
@@ -279,7 +273,7 @@ class Reconciler:
         policies = self.state.list("ClusterPolicy")
         problem = prereq.problem
         if policies and problem is None:
-            names = ", ".join(sorted(str(_meta(p).get("name")) for p in policies))
+            names = ", ".join(sorted(str(metadata(p).get("name")) for p in policies))
             problem = (
                 f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
                 "new installations only, delete the ClusterPolicy and its operands first"
@@ -298,7 +292,7 @@ class Reconciler:
         facts = ClusterFacts.from_environ(
             self.env,
             namespace=self.namespace,
-            owner_uid=str(_meta(cluster).get("uid") or "") or None,
+            owner_uid=str(metadata(cluster).get("uid") or "") or None,
             service_monitor_crd=prereq.service_monitor,
             kubernetes_version=prereq.version,
         )
@@ -312,13 +306,13 @@ class Reconciler:
         workloads = []
         for operand in operands:
             for obj in operand.objects:
-                meta = _meta(obj)
+                meta = metadata(obj)
                 desired_keys.add((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
                 if await self.apply(obj) and (obj.get("spec") or {}).get("extendedResourceName"):
                     await self._check_extended_resource(cluster, obj)
                 if obj["kind"] in ("DaemonSet", "Deployment"):
                     workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
-        await self.prune(str(_meta(cluster).get("uid") or ""), desired_keys)
+        await self.prune(str(metadata(cluster).get("uid") or ""), desired_keys)
         relabelled = await self.label_nodes()
 
         statuses = []
@@ -344,17 +338,17 @@ class Reconciler:
 
     async def _check_extended_resource(self, cluster: Mapping[str, Any], device_class: Mapping[str, Any]) -> None:
         """An API server without DRAExtendedResource drops the field: say so, the webhook translates instead."""
-        live = self.state.get("DeviceClass", str(_meta(device_class).get("name"))) or {}
+        live = self.state.get("DeviceClass", str(metadata(device_class).get("name"))) or {}
         if not (live.get("spec") or {}).get("extendedResourceName"):
             await self.event(
                 cluster, "Warning", "ExtendedResourceNotServed",
-                f"the API server dropped spec.extendedResourceName of DeviceClass {_meta(device_class).get('name')}: "
+                f"the API server dropped spec.extendedResourceName of DeviceClass {metadata(device_class).get('name')}: "
                 "enable the DRAExtendedResource feature gate; until then the admission webhook translates "
                 f"{(device_class.get('spec') or {}).get('extendedResourceName')} requests",
             )  # fmt: skip
 
     async def _add_finalizer(self, cluster: Mapping[str, Any]) -> None:
-        meta = _meta(cluster)
+        meta = metadata(cluster)
         finalizers = [*(meta.get("finalizers") or []), FINALIZER]
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
         result = await self._write(
@@ -365,7 +359,7 @@ class Reconciler:
 
     async def _label_namespace(self) -> None:
         ns = self.state.get("Namespace", self.namespace)
-        if ns is not None and (_meta(ns).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
+        if ns is not None and (metadata(ns).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
             return
         body = {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}}
         result = await self._write(
@@ -380,7 +374,7 @@ class Reconciler:
             return
         for kind in OWNED_KINDS:
             for obj in self.state.list(kind):
-                meta = _meta(obj)
+                meta = metadata(obj)
                 key = (kind, str(meta.get("namespace") or ""), str(meta.get("name")))
                 labels = meta.get("labels") or {}
                 if key in desired or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY:
@@ -396,7 +390,7 @@ class Reconciler:
         mode = self.env.get("DEFAULT_GPU_ALLOCATION_MODE")
         busy = nodes_with_claims(self.state.list("ResourceClaim"))
         for node in self.state.list("Node"):
-            name = str(_meta(node).get("name"))
+            name = str(metadata(node).get("name"))
             patch = label_patch(node, mode, name in busy)
             if not patch:
                 continue
@@ -413,7 +407,7 @@ class Reconciler:
 
     async def finalize(self, cluster: Mapping[str, Any]) -> float:
         """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""
-        meta = _meta(cluster)
+        meta = metadata(cluster)
         if FINALIZER not in (meta.get("finalizers") or []):
             return 60.0
         uid = str(meta.get("uid") or "")
@@ -422,8 +416,8 @@ class Reconciler:
             template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
             if not _owned_by(ds, uid) or not template.get("resourceClaims"):
                 continue
-            draining.append(str(_meta(ds).get("name")))
-            if not _meta(ds).get("deletionTimestamp"):
+            draining.append(str(metadata(ds).get("name")))
+            if not metadata(ds).get("deletionTimestamp"):
                 await self.delete(ds, propagation="Foreground")
         if draining:
             await self.event(

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpucluster.clusterstate import ClusterState
+from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import clone
 from gpucluster.translate import parse_quantity
 from webhook.admission import admit_request
@@ -125,10 +125,6 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _dict(obj.get("metadata"))
-
-
 def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """``{metadata, spec}`` of the pods ``obj`` makes (the pod itself for a Pod); None when absent."""
     path = WORKLOAD_KINDS.get(str(obj.get("kind")))
@@ -178,11 +174,11 @@ def requested_gpus(spec: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _uid_index(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {str(_meta(o)["uid"]): o for o in objects if _meta(o).get("uid")}
+    return {str(metadata(o)["uid"]): o for o in objects if metadata(o).get("uid")}
 
 
 def _owner_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = [r for r in _list(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)]
+    refs = [r for r in _list(metadata(obj).get("ownerReferences")) if isinstance(r, Mapping)]
     for ref in refs:
         if ref.get("controller") is True:
             return ref
@@ -190,7 +186,7 @@ def _owner_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _ref(obj: Mapping[str, Any]) -> Ref:
-    return Ref(str(obj.get("kind")), str(_meta(obj).get("name") or ""))
+    return Ref(str(obj.get("kind")), str(metadata(obj).get("name") or ""))
 
 
 _Key = tuple[str, str, str]  # namespace, kind, name
@@ -210,7 +206,7 @@ def _synthesise_pod(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     spec = clone(dict(_dict(template.get("spec"))))
     if obj.get("kind") == "Pod":
         spec.pop("nodeName", None)  # set by the scheduler on a live pod; a new pod has none
-    pod_meta: dict[str, Any] = {"generateName": f"{_meta(obj).get('name', 'audit')}-", "namespace": namespace}
+    pod_meta: dict[str, Any] = {"generateName": f"{metadata(obj).get('name', 'audit')}-", "namespace": namespace}
     for key in ("labels", "annotations"):
         if isinstance(meta.get(key), Mapping):
             pod_meta[key] = dict(meta[key])
@@ -289,7 +285,9 @@ def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = N
     cluster = ClusterState.from_objects(objects)
     workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS]
     by_uid = _uid_index(workloads)
-    by_key: dict[_Key, Mapping[str, Any]] = {_key(str(_meta(o).get("namespace") or ""), _ref(o)): o for o in workloads}
+    by_key: dict[_Key, Mapping[str, Any]] = {
+        _key(str(metadata(o).get("namespace") or ""), _ref(o)): o for o in workloads
+    }
     legacy: dict[_Key, Mapping[str, Any]] = {}
     for key, obj in by_key.items():
         template = pod_template(obj)
@@ -345,7 +343,7 @@ def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = N
     for key, obj in by_key.items():
         if key[1] != "Pod" or key in legacy:
             continue
-        annotations = _dict(_meta(obj).get("annotations"))
+        annotations = _dict(metadata(obj).get("annotations"))
         if WEBHOOK_CONFIG.annotation not in annotations:
             continue
         up = owner(obj, key[0])

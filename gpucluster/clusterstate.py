@@ -26,6 +26,16 @@ KINDS: Mapping[str, str] = {
 }
 
 
+# The namespace label Kubernetes requires before a claim there may use adminAccess.
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``obj.metadata``, or an empty mapping when it is missing or not an object."""
+    meta = (obj or {}).get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))

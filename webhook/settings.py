@@ -8,10 +8,8 @@ from typing import Literal
 TranslationMode = Literal["auto", "always", "audit", "off"]
 TRANSLATION_MODES: tuple[TranslationMode, ...] = ("auto", "always", "audit", "off")
 
-# A pod, or every pod of a namespace, opts out of translation with this label or annotation set to "false"...
+# A pod, or every pod of a namespace, opts out of translation with this label (or annotation) set to "false".
 TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"
-# ...and the namespace of the operator never gets its pods translated.
-ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpucluster.clusterstate import ClusterState
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
 from gpucluster.dra.allocator import explain
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
 from gpucluster.dra.model import AllocatorInputError
 from webhook.review import AdmissionRequest, Verdict, short_warning
-from webhook.settings import ADMIN_ACCESS_LABEL, Settings
+from webhook.settings import Settings
 
 # Claims the resourceclaim controller makes from a pod's template carry this annotation; the
 # template was checked when it was created, so they are not checked again per pod.

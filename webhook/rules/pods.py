@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gpucluster.clusterstate import ClusterState
+from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
 from gpucluster.translate import DEFAULT_CONFIG, Translation, TranslationConfig, translate_pod_spec
 from webhook.review import AdmissionRequest, Verdict, short_warning
@@ -37,13 +37,8 @@ MATCH_CONDITION = (
 )
 
 
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    meta = (obj or {}).get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
 def opted_out(pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None) -> str | None:
-    meta = _meta(pod)
+    meta = metadata(pod)
     for where, values in (("pod label", meta.get("labels")), ("pod annotation", meta.get("annotations"))):
         if isinstance(values, dict) and str(values.get(TRANSLATE_LABEL, "")).lower() == "false":
             return where
@@ -58,7 +53,7 @@ def native_resources(cluster: ClusterState) -> dict[str, str]:
     for device_class in cluster.list("DeviceClass"):
         name = (device_class.get("spec") or {}).get("extendedResourceName")
         if isinstance(name, str) and name:
-            out[name] = str(_meta(device_class).get("name", ""))
+            out[name] = str(metadata(device_class).get("name", ""))
     return out
 
 
@@ -190,7 +185,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     wanted = _spec_gpu_resources(spec_key)
     if not wanted:  # no GPU asked for, or a malformed spec
         return Verdict.allow(outcome="skipped")
-    namespace = request.namespace or str(_meta(pod).get("namespace") or "")
+    namespace = request.namespace or str(metadata(pod).get("namespace") or "")
     if namespace == settings.operator_namespace:
         return Verdict.allow(outcome="skipped")
     config = WEBHOOK_CONFIG
@@ -203,7 +198,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
         config = _native_config(config_key)
         if all(config.resolve(r) is None for r in wanted):
             return Verdict.allow(outcome="skipped")  # the scheduler allocates these natively
-    meta = _meta(pod)
+    meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
     translation, spec_ops = _CACHE.get(pod["spec"], spec_key, namespace, marker, config, config_key)
