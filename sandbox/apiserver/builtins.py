@@ -11,13 +11,14 @@ import ipaddress
 import re
 from typing import Any
 
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 _SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
