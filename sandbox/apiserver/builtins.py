@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import json
 import re
 from typing import Any
 
@@ -200,6 +201,10 @@ def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = N
             p.setdefault("protocol", "TCP")
             if "targetPort" not in p and "port" in p:
                 p["targetPort"] = p["port"]
+    elif (group, plural) == ("batch", "jobs"):
+        job_defaults(obj)
+    elif (group, plural) == ("batch", "cronjobs"):
+        cronjob_defaults(obj)
     elif (group, plural) == ("", "secrets"):
         obj.setdefault("type", "Opaque")
     elif (group, plural) == ("", "namespaces"):
@@ -222,8 +227,90 @@ def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = N
                         t.setdefault("operator", "Equal")
 
 
+# Labels kube-apiserver puts on a Job's pod template when it generates the selector
+# (pkg/registry/batch/job/strategy.go generateSelector); the selector matches only the
+# controller-uid one.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_NAME_LABEL = "job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+
+
+def job_spec_defaults(spec: Obj) -> None:
+    """SetDefaults_Job's spec part (also what a CronJob's Job gets when the Job is created)."""
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+        spec["parallelism"] = 1
+    spec.setdefault("parallelism", 1)
+    if spec.get("backoffLimit") is None:
+        spec["backoffLimit"] = 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("manualSelector", False)
+    policy = spec.get("podFailurePolicy")
+    if isinstance(policy, dict):
+        for rule in policy.get("rules") or []:
+            for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+                if isinstance(pattern, dict):
+                    pattern.setdefault("status", "True")
+    spec.setdefault("podReplacementPolicy", "Failed" if policy is not None else "TerminatingOrFailed")
+
+
+def job_defaults(obj: Obj) -> None:
+    """Defaults of a Job, then the generated selector and template labels (unless manualSelector)."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    md = obj.setdefault("metadata", {})
+    template = spec.get("template")
+    template_labels = ((template or {}).get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+    if template_labels and not md.get("labels"):
+        md["labels"] = dict(template_labels)
+    job_spec_defaults(spec)
+    _template_defaults(obj)
+    uid, name = md.get("uid"), md.get("name")
+    if spec.get("manualSelector") is True or not uid or not isinstance(spec.get("template"), dict):
+        return
+    labels = spec["template"].setdefault("metadata", {})
+    labels = labels.setdefault("labels", {}) if isinstance(labels, dict) else {}
+    if not isinstance(labels, dict):
+        return
+    for key in (LEGACY_JOB_NAME_LABEL, JOB_NAME_LABEL):
+        labels.setdefault(key, name)
+    for key in (LEGACY_CONTROLLER_UID_LABEL, CONTROLLER_UID_LABEL):
+        labels.setdefault(key, uid)
+    selector = spec.get("selector")
+    if selector is None:
+        selector = spec["selector"] = {}
+    if isinstance(selector, dict):
+        match = selector.get("matchLabels")
+        if match is None:
+            match = selector["matchLabels"] = {}
+        if isinstance(match, dict):
+            match.setdefault(CONTROLLER_UID_LABEL, uid)
+
+
+def cronjob_defaults(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    job_template = spec.get("jobTemplate")
+    if isinstance(job_template, dict):
+        job_template.setdefault("metadata", {})
+        _template_defaults(job_template)
+
+
 def initial_status(group: str, plural: str, obj: Obj, now: str) -> Obj | None:
     """The status the server sets on create for kinds whose create ignores the given status."""
+    if (group, plural) in (("batch", "jobs"), ("batch", "cronjobs")):
+        return {}
+    if (group, plural) == ("policy", "poddisruptionbudgets"):
+        # PodDisruptionBudgetStatus's integers have no omitempty: an empty status reads as zeros.
+        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     if (group, plural) == ("", "pods"):
         return {"phase": "Pending", "qosClass": _qos(obj.get("spec") or {})}
     if (group, plural) == ("", "services"):
@@ -318,9 +405,204 @@ def _admin_access_paths(claim_spec: Any, prefix: str) -> list[str]:
     return out
 
 
+def _nonnegative(spec: Obj, fields: tuple[str, ...], path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    for f in fields:
+        v = spec.get(f)
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            causes.append(
+                ("FieldValueInvalid", f"{path}.{f}", f"Invalid value: {v}: must be greater than or equal to 0")
+            )
+    return causes
+
+
+def _go_map(labels: Any) -> str:
+    """How Go's %v prints a map[string]string in a field error (keys sorted)."""
+    if not isinstance(labels, dict):
+        return "map[string]string(nil)"
+    inner = ", ".join(f"{json.dumps(str(k))}:{json.dumps(str(v))}" for k, v in sorted(labels.items()))
+    return f"map[string]string{{{inner}}}"
+
+
+def _job_template_causes(template: Any, path: str) -> list[Cause]:
+    if not isinstance(template, dict):
+        return [("FieldValueRequired", path, "Required value")]
+    causes = _pod_spec_causes(template.get("spec"), f"{path}.spec")
+    policy = (template.get("spec") or {}).get("restartPolicy") if isinstance(template.get("spec"), dict) else None
+    if policy not in ("OnFailure", "Never"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f"{path}.spec.restartPolicy",
+                f'Unsupported value: "{policy or ""}": supported values: "OnFailure", "Never"',
+            )
+        )
+    return causes
+
+
+def _job_causes(obj: Obj, old: Obj | None) -> list[Cause]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [("FieldValueRequired", "spec", "Required value")]
+    causes = _nonnegative(
+        spec, ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"), "spec"
+    )
+    if spec.get("completionMode") not in ("NonIndexed", "Indexed"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "spec.completionMode",
+                f'Unsupported value: "{spec.get("completionMode")}": supported values: "NonIndexed", "Indexed"',
+            )
+        )
+    elif spec["completionMode"] == "Indexed" and spec.get("completions") is None:
+        causes.append(("FieldValueRequired", "spec.completions", "Required value: when completion mode is Indexed"))
+    template = spec.get("template")
+    labels = ((template or {}).get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+    selector = spec.get("selector")
+    uid = (obj.get("metadata") or {}).get("uid", "")
+    if spec.get("manualSelector") is not True:
+        if (labels or {}).get(CONTROLLER_UID_LABEL) != uid:
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    "spec.template.metadata.labels",
+                    f"Invalid value: {_go_map(labels)}: must be '{CONTROLLER_UID_LABEL}: {uid}'",
+                )
+            )
+        if selector != {"matchLabels": {CONTROLLER_UID_LABEL: uid}}:
+            causes.append(
+                ("FieldValueInvalid", "spec.selector", f"Invalid value: {selector}: `selector` not auto-generated")
+            )
+    elif not selector:
+        causes.append(("FieldValueRequired", "spec.selector", "Required value"))
+    elif not _selector_matches(selector, labels or {}):
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "spec.template.metadata.labels",
+                f"Invalid value: {_go_map(labels)}: `selector` does not match template `labels`",
+            )
+        )
+    causes += _job_template_causes(template, "spec.template")
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for f in ("selector", "completionMode", "podFailurePolicy"):
+            if old_spec.get(f) != spec.get(f):
+                causes.append(("FieldValueInvalid", f"spec.{f}", f"Invalid value: {spec.get(f)}: field is immutable"))
+        # The pod template may change only while the Job is suspended (and has not started).
+        if old_spec.get("template") != spec.get("template") and not (old_spec.get("suspend") and spec.get("suspend")):
+            causes.append(("FieldValueInvalid", "spec.template", 'Invalid value: "object": field is immutable'))
+    return causes
+
+
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-LW#]+$")
+
+
+def _cronjob_causes(obj: Obj) -> list[Cause]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [("FieldValueRequired", "spec", "Required value")]
+    causes = _nonnegative(
+        spec, ("startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"), "spec"
+    )
+    schedule = spec.get("schedule")
+    if not schedule:
+        causes.append(("FieldValueRequired", "spec.schedule", "Required value"))
+    elif not (
+        str(schedule).startswith("@")
+        or (len(str(schedule).split()) == 5 and all(_CRON_FIELD.match(f) for f in str(schedule).split()))
+    ):
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "spec.schedule",
+                f'Invalid value: "{schedule}": expected exactly 5 fields, found {len(str(schedule).split())}: {schedule}',
+            )
+        )
+    if spec.get("concurrencyPolicy") not in ("Allow", "Forbid", "Replace"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "spec.concurrencyPolicy",
+                f'Unsupported value: "{spec.get("concurrencyPolicy")}": supported values: "Allow", "Forbid", "Replace"',
+            )
+        )
+    job_spec = (spec.get("jobTemplate") or {}).get("spec") if isinstance(spec.get("jobTemplate"), dict) else None
+    if not isinstance(job_spec, dict):
+        causes.append(("FieldValueRequired", "spec.jobTemplate.spec", "Required value"))
+    else:
+        causes += _nonnegative(
+            job_spec,
+            ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"),
+            "spec.jobTemplate.spec",
+        )
+        causes += _job_template_causes(job_spec.get("template"), "spec.jobTemplate.spec.template")
+    return causes
+
+
+_PERCENT = re.compile(r"^[0-9]+%$")
+
+
+def int_or_percent_causes(value: Any, path: str) -> list[Cause]:
+    """ValidatePositiveIntOrPercent plus IsNotMoreThan100Percent (PDB minAvailable/maxUnavailable)."""
+    if isinstance(value, bool):
+        return [("FieldValueInvalid", path, f"Invalid value: {json.dumps(value)}: must be an integer or percentage")]
+    if isinstance(value, int):
+        if value < 0:
+            return [("FieldValueInvalid", path, f"Invalid value: {value}: must be greater than or equal to 0")]
+        return []
+    if isinstance(value, str):
+        if not _PERCENT.match(value):
+            return [
+                (
+                    "FieldValueInvalid",
+                    path,
+                    f'Invalid value: "{value}": a valid percent string must be a numeric string followed by an '
+                    "ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                )
+            ]
+        if int(value[:-1]) > 100:
+            return [("FieldValueInvalid", path, f'Invalid value: "{value}": must not be greater than 100%')]
+        return []
+    return [("FieldValueInvalid", path, f"Invalid value: {json.dumps(value)}: must be an integer or percentage")]
+
+
+def _pdb_causes(obj: Obj) -> list[Cause]:
+    spec = obj.get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        return [("FieldValueInvalid", "spec", "Invalid value: must be an object")]
+    causes: list[Cause] = []
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        causes.append(
+            ("FieldValueInvalid", "spec", 'Invalid value: "object": minAvailable and maxUnavailable cannot be both set')
+        )
+    for f in ("minAvailable", "maxUnavailable"):
+        if spec.get(f) is not None:
+            causes += int_or_percent_causes(spec[f], f"spec.{f}")
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy is not None and policy not in ("IfHealthyBudget", "AlwaysAllow"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "spec.unhealthyPodEvictionPolicy",
+                f'Unsupported value: "{policy}": supported values: "AlwaysAllow", "IfHealthyBudget"',
+            )
+        )
+    return causes
+
+
 def causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj: Obj | None) -> list[Cause]:
     """Validation errors of a built-in object (create when ``old`` is None, else update)."""
     key = (group, plural)
+    if key == ("batch", "jobs"):
+        return _job_causes(obj, old)
+    if key == ("batch", "cronjobs"):
+        return _cronjob_causes(obj)
+    if key == ("policy", "poddisruptionbudgets"):
+        return _pdb_causes(obj)
     if key == ("", "pods"):
         return _pod_spec_causes(obj.get("spec"), "spec")
     if key in (("apps", "deployments"), ("apps", "daemonsets")):
