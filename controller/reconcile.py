@@ -67,16 +67,18 @@ OWNED: tuple[tuple[str, str], ...] = (
 OWNED_KINDS = {kind for _, kind in OWNED}
 
 
-def owned_resources() -> list[Resource]:
-    """Reflector resources for the kinds we own (cluster-wide lists narrowed by our label)."""
+def owned_resources(namespace: str) -> list[Resource]:
+    """Reflector resources for the kinds we own, narrowed by our label.
+
+    Every namespaced operand object lives in the operator namespace, so namespaced kinds are
+    watched there only: that is what the chart's namespaced Role grants, and a cluster-wide
+    list of Services or Roles would be refused (403) on a real cluster.
+    """
     selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-    out = []
-    for api_version, kind in OWNED:
-        path = collection_path(api_version, kind, "x")
-        if "/namespaces/x/" in path:  # all namespaces
-            path = path.replace("/namespaces/x/", "/")
-        out.append(Resource(kind, path, label_selector=selector))
-    return out
+    return [
+        Resource(kind, collection_path(api_version, kind, namespace), label_selector=selector)
+        for api_version, kind in OWNED
+    ]
 
 
 def content_hash(obj: Mapping[str, Any]) -> str:

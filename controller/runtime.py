@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from controller.explain import REASON as EXPLAIN_REASON
 from controller.explain import Explainer
 from controller.reconcile import Reconciler, owned_resources
+from controller.status import PERMISSION_DENIED
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube, KubeError
-from gpucluster.kube.reflector import RESOURCES, Reflector, Resource
+from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
 
 log = logging.getLogger("gpucluster.controller")
 
@@ -74,34 +75,74 @@ class Controller:
         self.metrics = Metrics()
         self.dirty = asyncio.Event()
         self.synced = False
+        self.reflectors: list[Reflector] = []
+        self.elector: Any = None
         self.passes = 0
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.leader_election = leader_election
 
     def _resources(self) -> list[Resource]:
-        owned = owned_resources()
+        owned = owned_resources(self.namespace)
         # DeviceClasses are both ours and read for explanations: watch them all.
         return [RESOURCES[k] for k in WATCHED] + [r for r in owned if r.kind not in WATCHED] + [PENDING_PODS]
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
         self.dirty.set()
 
+    def problems(self) -> list[str]:
+        """Why the caches cannot be trusted: refusals (403 first) of the reflectors, one line each."""
+        out = []
+        for reflector in sorted(self.reflectors, key=lambda r: r.error is None or r.error.status != 403):
+            exc = reflector.error
+            if exc is None:
+                continue
+            if exc.status == 403:
+                out.append(f"cannot {forbidden_permission(exc, reflector.resource)}")
+            else:
+                out.append(f"{reflector.resource.kind}: {exc}")
+        return out
+
+    def ready(self) -> tuple[bool, str]:
+        problems = self.problems()
+        if problems:
+            return False, "; ".join(problems)
+        if not self.synced:
+            return False, "caches not synced"
+        return True, "ok"
+
+    def _leads(self) -> bool:
+        return self.elector is None or self.elector.is_leader.is_set()
+
     async def _wait_synced(self, kinds: list[str]) -> None:
+        reported = ""
         while not self.state.synced(kinds):
-            await asyncio.sleep(0.05)
+            problems = [p for p in self.problems() if p.startswith("cannot ")]
+            message = "; ".join(problems)
+            # Nothing is reconciled until every cache syncs: say why on the GPUCluster when we can.
+            if message and message != reported and self._leads() and self.state.synced(["GPUCluster"]):
+                cluster = self.state.get("GPUCluster", "gpu-cluster")
+                if cluster is not None:
+                    try:
+                        await self.reconciler.set_status(
+                            cluster, state="notReady", reason=PERMISSION_DENIED,
+                            message=f"the operator's RBAC is missing permissions: {message}",
+                        )  # fmt: skip
+                        reported = message
+                    except (KubeError, OSError, TimeoutError) as exc:
+                        log.warning("cannot report missing permissions on the GPUCluster error=%s", exc)
+            await asyncio.sleep(0.05 if not problems else 1.0)
         self.synced = True
 
     async def run(self, stop: asyncio.Event) -> None:
         resources = self._resources()
-        reflectors = [
-            asyncio.create_task(Reflector(self.kube, r, self.state, on_event=self._on_event).run()) for r in resources
-        ]
-        tasks: list[asyncio.Task[Any]] = list(reflectors)
+        self.reflectors = [Reflector(self.kube, r, self.state, on_event=self._on_event) for r in resources]
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(r.run()) for r in self.reflectors]
         elector = None
         if self.leader_election:
             from controller.leader import LeaderElector
 
             elector = LeaderElector(self.kube, self.namespace, "gpucluster-controller", self.identity)
+            self.elector = elector
             tasks.append(asyncio.create_task(elector.run(stop)))
 
         async def wake_on_stop() -> None:
@@ -159,14 +200,18 @@ class Controller:
             await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
 
 
+def bind_address() -> str:
+    """Where servers listen: all interfaces, or the pod's own address when a sandbox process kubelet gives one."""
+    return os.environ.get("GPUCLUSTER_BIND_ADDRESS") or "0.0.0.0"
+
+
 def health_app(controller: Controller) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
     async def readyz(request: web.Request) -> web.Response:
-        if not controller.synced:
-            return web.Response(status=503, text="caches not synced\n")
-        return web.Response(text="ok\n")
+        ok, detail = controller.ready()
+        return web.Response(status=200 if ok else 503, text=f"{detail}\n")
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(controller.metrics.registry), content_type="text/plain")
@@ -193,7 +238,7 @@ async def run_controller(
     if health_port is not None:
         runner = web.AppRunner(health_app(controller), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", health_port).start()
+        await web.TCPSite(runner, bind_address(), health_port).start()
     try:
         await controller.run(stop)
     finally:

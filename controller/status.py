@@ -15,6 +15,7 @@ OPERANDS_NOT_READY = "OperandsNotReady"
 PREREQUISITE_NOT_MET = "PrerequisiteNotMet"
 RECONCILE_FAILED = "ReconcileFailed"
 NOT_SINGLETON = "NotSingleton"
+PERMISSION_DENIED = "PermissionDenied"
 
 
 @dataclass(frozen=True)

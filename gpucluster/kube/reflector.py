@@ -81,6 +81,8 @@ class Reflector:
         self.missing_retry = missing_retry
         self.on_event = on_event
         self.lists = 0
+        self.error: KubeError | None = None
+        """The last refusal (403, 401, 5xx) while listing or watching; cleared by a successful list."""
 
     async def _list(self) -> str:
         items: list[KubeObject] = []
@@ -99,6 +101,9 @@ class Reflector:
             if not cont:
                 self.state.replace(self.resource.kind, items)
                 self.lists += 1
+                if self.error is not None:
+                    log.info("reflector recovered kind=%s", self.resource.kind)
+                self.error = None
                 return str(meta.get("resourceVersion") or "")
 
     async def _watch(self, resource_version: str) -> str:
@@ -149,7 +154,16 @@ class Reflector:
                 if exc.status == 410:
                     resource_version = ""
                     continue
-                log.warning("reflector error kind=%s error=%s", self.resource.kind, exc)
+                if exc.status == 403:
+                    # A missing RBAC right never heals by itself: name it, once per distinct refusal.
+                    if self.error is None or str(self.error) != str(exc):
+                        log.error(
+                            "reflector forbidden kind=%s path=%s missing_permission=%r",
+                            self.resource.kind, self.resource.path, forbidden_permission(exc, self.resource),
+                        )  # fmt: skip
+                else:
+                    log.warning("reflector error kind=%s error=%s", self.resource.kind, exc)
+                self.error = exc
                 resource_version = ""
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 30.0)
@@ -157,6 +171,15 @@ class Reflector:
                 log.warning("reflector connection error kind=%s error=%r", self.resource.kind, exc)
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 30.0)
+
+
+def forbidden_permission(exc: KubeError, resource: Resource) -> str:
+    """The right a 403 says is missing, e.g. 'list services in API group "" in the namespace "x"'."""
+    message = str(exc.body.get("message") or "")
+    marker = " cannot "
+    if marker in message:
+        return message.split(marker, 1)[1]
+    return f"list and watch {resource.path}"
 
 
 async def run_reflectors(kube: Kube, state: ClusterState, kinds: list[str]) -> None:

@@ -363,3 +363,44 @@ async def test_faults_conflicts_500s_and_a_restart_converge_without_duplicates(e
     assert len(objects) == len(set(objects))
     assert ("DaemonSet", "nvidia-dra-driver-kubelet-plugin") in objects
     assert sum(1 for kind, _ in objects if kind == "DeviceClass") == 5
+
+
+async def test_owned_namespaced_kinds_are_watched_in_the_operator_namespace_only(env: Env) -> None:
+    controller = await env.start_controller()
+    await env.wait(lambda: _true(controller.synced))
+    paths = {r.resource.kind: r.resource.path for r in controller.reflectors}
+    for kind in ("ServiceAccount", "Service", "DaemonSet", "Deployment", "Role", "RoleBinding", "ServiceMonitor"):
+        assert "/namespaces/gpu-operator/" in paths[kind], (kind, paths[kind])
+    assert paths["ClusterRole"] == "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_forbidden_watch_keeps_the_controller_unready_and_says_so_on_the_gpucluster(env: Env) -> None:
+    message = (
+        'services is forbidden: User "system:serviceaccount:gpu-operator:gpu-operator" cannot list resource '
+        '"services" in API group "" in the namespace "gpu-operator"'
+    )
+    env.sandbox.faults.fail_next("services", 403, -1, verbs=["list"], message=message)
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+    controller = await env.start_controller()
+
+    async def reported() -> Any:
+        gc = await env.gpucluster()
+        conds = {c["type"]: c for c in ((gc or {}).get("status") or {}).get("conditions") or []}
+        ready = conds.get("Ready")
+        return gc if ready and ready["reason"] == "PermissionDenied" else None
+
+    gc = await env.wait(reported)
+    ready = next(c for c in gc["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert 'list resource "services" in API group "" in the namespace "gpu-operator"' in ready["message"]
+    assert gc["status"]["state"] == "notReady"
+    ok, detail = controller.ready()
+    assert not ok and "services" in detail
+    assert not controller.synced and controller.passes == 0
+
+    env.sandbox.faults.clear()
+    await env.wait(lambda: _true(controller.ready()[0]), timeout=15)
