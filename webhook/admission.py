@@ -48,11 +48,22 @@ class Hook:
     object_selector: dict[str, Any] | None = None
 
 
+# Deleting must never need a fail-closed webhook: the finalizer removal and any write to an object
+# being deleted are UPDATEs, and so are metadata-only writes (finalizers, labels). Only creates
+# and spec changes of live objects are sent; the singleton and coexistence rules are CREATE rules
+# (a name cannot change on UPDATE), so they still hold.
+SPEC_CHANGE_CONDITION = (
+    "spec-change-of-a-live-object",
+    "request.operation == 'CREATE' || (!has(object.metadata.deletionTimestamp) && "
+    "(has(object.spec) != has(oldObject.spec) || (has(object.spec) && object.spec != oldObject.spec)))",
+)
+
 HOOKS: tuple[Hook, ...] = (
     Hook(
         "gpuclusters.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1alpha1", "gpuclusters",
         "GPUCluster", ("CREATE", "UPDATE"), validate_gpucluster_request, "Fail",
         "a second GPU management model must never slip in while the webhook is down; GPUCluster writes are rare",
+        match_conditions=(SPEC_CHANGE_CONDITION,),
     ),
     Hook(
         "clusterpolicies.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1", "clusterpolicies",
@@ -63,11 +74,13 @@ HOOKS: tuple[Hook, ...] = (
         "nvidiadrivers.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1alpha1", "nvidiadrivers",
         "NVIDIADriver", ("CREATE", "UPDATE"), validate_nvidiadriver_request, "Fail",
         "an auto-upgrading driver would restart under running DRA workloads; NVIDIADriver writes are rare",
+        match_conditions=(SPEC_CHANGE_CONDITION,),
     ),
     Hook(
         "nvidiadrivers.mutate.gpucluster.nvidia.com", "mutate", "nvidia.com", "v1alpha1", "nvidiadrivers",
         "NVIDIADriver", ("CREATE", "UPDATE"), mutate_nvidiadriver_request, "Fail",
         "the validating webhook would refuse the object anyway; failing early says why",
+        match_conditions=(SPEC_CHANGE_CONDITION,),
     ),
     Hook(
         "resourceclaims.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1", "resourceclaims",
