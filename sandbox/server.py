@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from sandbox import kubeconfig, pki
+from sandbox.apiserver.auth import Authenticator
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.faults import Faults
 from sandbox.apiserver.gc import GarbageCollector
@@ -70,6 +71,7 @@ class Sandbox:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
         self.core = ApiCore(self.store, self.registry)
+        self.core.authn = Authenticator(self.store, self.token)
         self.faults = Faults()
         self._own_state_dir = state_dir is None
         self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpucluster-sandbox-"))

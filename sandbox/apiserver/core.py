@@ -15,7 +15,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver import apply as ssa
 from sandbox.apiserver import builtins, crds, errors
@@ -24,6 +24,9 @@ from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
 from sandbox.apiserver.resources import Registry, ResourceType
 from sandbox.apiserver.selectors import FieldSelector, Selector, matches_fields, matches_labels, single_name
 from sandbox.apiserver.store import Store, Watcher, rv_of
+
+if TYPE_CHECKING:
+    from sandbox.apiserver.auth import Authenticator
 
 Obj = dict[str, Any]
 ObjList = list[Obj]
@@ -136,6 +139,8 @@ class ApiCore:
         self.rng = rng or random.Random()
         self.service_ips = builtins.ServiceIPs()
         self.default_propagation = "Background"
+        # Set by Sandbox: bearer tokens -> identities; mints ServiceAccount tokens (sandbox.apiserver.auth).
+        self.authn: Authenticator | None = None
 
     def now(self) -> str:
         return now_rfc3339(self.clock)
