@@ -1,187 +1,216 @@
-"""The Helm chart, checked structurally (no helm binary here; .ci/run adds helm lint/template where it exists).
-
-Templates are read as text: directive-only lines are dropped and the few inline directives the
-checked files use are substituted, which leaves YAML to compare with what the Python code
-generates (webhook configurations, CRDs, operand RBAC, GPUCluster spec).
-"""
+"""The Helm chart, rendered and linted by real Helm v4 (tests/chart/helm.py), compared with what
+the Python code generates: webhook configurations, CRDs, operand RBAC, the GPUCluster spec."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-import yaml
 
-from controller.operands import ClusterFacts, render
+from controller.operands import ClusterFacts
+from controller.operands import render as render_operands
+from controller.runtime import Controller
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.crd import generated_files
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.commands.webhook import WEBHOOK_KINDS
 from gpucluster.kube.paths import plural
-from tests.chart import schema
+from gpucluster.kube.reflector import RESOURCES
+from tests.chart import helm, schema
+from tests.chart.helm import (
+    CERT_MANAGER_API,
+    DOCS_OPERATOR_MANAGED,
+    DOCS_PREINSTALLED,
+    DOCS_RECIPES,
+    NAMESPACE,
+    NVIDIADRIVER_API,
+    Manifest,
+    Recipe,
+    render,
+    render_error,
+    render_recipe,
+)
 from webhook.admission import HOOKS
 from webhook.configurations import webhook_configurations
 
-CHART = schema.CHART
-TEMPLATES = CHART / "templates"
-VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
-SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-
-# The docs' two example installs (--set flags of "helm upgrade --install").
-DOCS_OPERATOR_MANAGED = [
-    "gpuCluster.enabled=true",
-    "driver.nvidiaDriverCRD.enabled=true",
-    "operator.env[0].name=DEFAULT_GPU_ALLOCATION_MODE",
-    "operator.env[0].value=dra",
-]
-DOCS_PREINSTALLED = [
-    "gpuCluster.enabled=true",
-    "driver.enabled=false",
-    "operator.env[0].name=DEFAULT_GPU_ALLOCATION_MODE",
-    "operator.env[0].value=dra",
-]
+RECIPE_IDS = [r.name for r in DOCS_RECIPES]
 
 
-def helm_set(values: dict[str, Any], flags: list[str]) -> dict[str, Any]:
-    """``values`` with Helm ``--set`` flags applied (the forms the docs use: a.b, a[0].b; true/false/ints typed)."""
-    out = copy.deepcopy(values)
-    for flag in flags:
-        key, _, raw = flag.partition("=")
-        value: Any = {"true": True, "false": False}.get(raw, int(raw) if raw.isdigit() else raw)
-        parts = [p for p in re.split(r"\.|(\[\d+\])", key) if p]
-        node: Any = out
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            nxt: Any = [] if not last and parts[i + 1].startswith("[") else {}
-            if part.startswith("["):
-                index = int(part[1:-1])
-                while len(node) <= index:
-                    node.append({})
-                if last:
-                    node[index] = value
-                else:
-                    node = node[index]
-            elif last:
-                node[part] = value
-            else:
-                if not isinstance(node.get(part), (dict, list)) or (
-                    isinstance(nxt, list) and not isinstance(node[part], list)
-                ):
-                    node[part] = nxt
-                node = node[part]
-    return out
+def one(objs: list[Manifest], kind: str) -> Manifest:
+    found = [o for o in objs if o.kind == kind]
+    assert len(found) == 1, (kind, [(o.kind, o.name) for o in objs])
+    return found[0]
 
 
-def template(name: str) -> str:
-    return (TEMPLATES / name).read_text()
+def kinds(objs: list[Manifest]) -> set[str]:
+    return {o.kind for o in objs}
 
 
-def yaml_of(text: str, substitutions: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Parse a template as YAML: drop directive-only lines, substitute known inline directives,
-    refuse any other directive."""
-    text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", text, flags=re.S)  # comments
-    lines = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if re.fullmatch(r"\{\{-?.*?-?\}\}", stripped) and not any(re.search(k, stripped) for k in substitutions or {}):
-            continue
-        for pattern, replacement in (substitutions or {}).items():
-            line = re.sub(pattern, replacement.replace("\\", "\\\\"), line)
-        assert "{{" not in line, f"unhandled template directive: {line.strip()}"
-        lines.append(line)
-    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
-
-
-# --- Chart.yaml, values, schema ------------------------------------------------------------------
+# --- Chart.yaml, values, schema, lint ------------------------------------------------------------
 
 
 def test_chart_yaml() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    chart = helm.chart().metadata
     assert chart["apiVersion"] == "v2" and chart["name"] == "gpucluster" and chart["version"] == "0.1.0"
+    # helm install checks this before rendering; the SDK's render does not, validations.yaml does.
     assert chart["kubeVersion"] == ">=1.34.2-0"
     assert chart["appVersion"] and chart["description"] and chart["home"] and chart["sources"]
 
 
 def test_values_schema_is_draft7_and_current() -> None:
-    jsonschema.Draft7Validator.check_schema(SCHEMA)
-    assert (CHART / "values.schema.json").read_text() == schema.render(), "run: python -m tests.chart.schema"
+    jsonschema.Draft7Validator.check_schema(helm.chart().schema)
+    assert (schema.CHART / "values.schema.json").read_text() == schema.render(), "run: python -m tests.chart.schema"
 
 
-@pytest.mark.parametrize(
-    "flags", [[], DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED], ids=["defaults", "operator-managed", "pre-installed"]
-)
-def test_values_and_the_docs_installs_validate(flags: list[str]) -> None:
-    values = helm_set(VALUES, flags)
-    jsonschema.Draft7Validator(SCHEMA).validate(values)
-    if flags:
-        assert values["gpuCluster"]["enabled"] is True
-        assert values["operator"]["env"] == [{"name": "DEFAULT_GPU_ALLOCATION_MODE", "value": "dra"}]
+@pytest.mark.parametrize("recipe", [Recipe("defaults", ()), *DOCS_RECIPES], ids=["defaults", *RECIPE_IDS])
+def test_helm_lint_is_clean(recipe: Recipe) -> None:
+    problems = [str(m) for m in helm.lint(recipe.set_flags) if m.severity >= helm.WARNING]
+    assert not problems, problems
+
+
+def test_lint_reports_schema_violations() -> None:
+    """The lint check itself works: bad values are errors."""
+    assert any(m.severity == helm.ERROR and "/operator/replicas" in m.error for m in helm.lint(["operator.replicas=0"]))
+
+
+def test_docs_recipes_as_helm_parses_them() -> None:
+    dra = {"env": [{"name": "DEFAULT_GPU_ALLOCATION_MODE", "value": "dra"}]}
+    assert helm.set_values(DOCS_OPERATOR_MANAGED.set_flags) == {
+        "gpuCluster": {"enabled": True},
+        "driver": {"nvidiaDriverCRD": {"enabled": True}},
+        "operator": dra,
+    }
+    assert helm.set_values(DOCS_PREINSTALLED.set_flags) == {
+        "gpuCluster": {"enabled": True},
+        "driver": {"enabled": False},
+        "operator": dra,
+    }
+
+
+def test_docs_recipes_are_the_documented_ones() -> None:
+    """The flags in README's "Install on a cluster" and in the values.yaml header are these."""
+    readme = (schema.CHART.parents[1] / "README.md").read_text()
+    header = (schema.CHART / "values.yaml").read_text().split("\n\n", 1)[0]
+    for recipe in DOCS_RECIPES:
+        flags = " ".join(f"--set {f}" for f in recipe.set_flags)
+        assert flags in " ".join(readme.replace("\\\n", " ").split()), recipe.name
+    assert " ".join(f"--set {f}" for f in DOCS_OPERATOR_MANAGED.set_flags) in " ".join(
+        header.replace("#", " ").replace("\\", " ").split()
+    )
 
 
 def test_docs_helm_reference_defaults() -> None:
-    assert VALUES["gpuCluster"]["enabled"] is False
-    assert VALUES["operator"]["env"] == []
-    assert VALUES["dcgmExporter"]["enabled"] is True and VALUES["dcgm"]["enabled"] is False
-    assert set(VALUES["hostPaths"]) == {"rootFS", "driverInstallDir", "kubeletRootDir"}
-    assert {"labels", "annotations", "priorityClassName", "tolerations", "updateStrategy"} <= set(VALUES["daemonsets"])
+    values = helm.chart().values
+    assert values["gpuCluster"]["enabled"] is False
+    assert values["operator"]["env"] == []
+    assert values["dcgmExporter"]["enabled"] is True and values["dcgm"]["enabled"] is False
+    assert set(values["hostPaths"]) == {"rootFS", "driverInstallDir", "kubeletRootDir"}
+    assert {"labels", "annotations", "priorityClassName", "tolerations", "updateStrategy"} <= set(values["daemonsets"])
     assert {"repository", "image", "version", "gpus", "computeDomains", "featureGates"} <= set(
-        VALUES["gpuCluster"]["draDriver"]
+        values["gpuCluster"]["draDriver"]
     )
-    assert VALUES["driver"]["enabled"] is True and VALUES["driver"]["nvidiaDriverCRD"]["enabled"] is False
-    assert {"repository", "image", "version"} <= set(VALUES["operator"])
-    assert VALUES["webhook"]["enabled"] is True and VALUES["webhook"]["translation"]["mode"] == "auto"
-    assert VALUES["webhook"]["certificates"]["mode"] == "self-managed"
-    assert VALUES["operator"]["replicas"] == 2
+    assert values["driver"]["enabled"] is True and values["driver"]["nvidiaDriverCRD"]["enabled"] is False
+    assert {"repository", "image", "version"} <= set(values["operator"])
+    assert values["webhook"]["enabled"] is True and values["webhook"]["translation"]["mode"] == "auto"
+    assert values["webhook"]["certificates"]["mode"] == "self-managed"
+    assert values["operator"]["replicas"] == 2
 
 
 @pytest.mark.parametrize(
-    "flags",
+    ("flag", "where"),
     [
-        ["webhook.translation.mode=sometimes"],
-        ["webhook.certificates.mode=vault"],
-        ["webhook.failurePolicy.pods.mutate.gpucluster.nvidia.com=Maybe"],
-        ["gpuCluster.draDriver.imagePullPolicy=Sometimes"],
-        ["gpuCluster.draDriver.typo=1"],
-        ["dcgm.hostPort=70000"],
-        ["daemonsets.updateStrategy=Recreate"],
-        ["operator.replicas=0"],
+        ("webhook.translation.mode=sometimes", "/webhook/translation/mode"),
+        ("webhook.certificates.mode=vault", "/webhook/certificates/mode"),
+        (r"webhook.failurePolicy.pods\.mutate\.gpucluster\.nvidia\.com=Maybe", "/webhook/failurePolicy"),
+        (r"webhook.failurePolicy.pods\.mutate\.typo=Fail", "invalid propertyName 'pods.mutate.typo'"),
+        ("gpuCluster.draDriver.imagePullPolicy=Sometimes", "/gpuCluster/draDriver/imagePullPolicy"),
+        ("gpuCluster.draDriver.typo=1", "/gpuCluster/draDriver"),
+        ("dcgm.hostPort=70000", "/dcgm/hostPort"),
+        ("daemonsets.updateStrategy=Recreate", "/daemonsets/updateStrategy"),
+        ("operator.replicas=0", "/operator/replicas"),
+        ("operator.replicas=two", "/operator/replicas"),
+        ("typo=1", "typo"),
     ],
 )
-def test_schema_rejects_bad_values(flags: list[str]) -> None:
-    values = helm_set(VALUES, flags)
-    if flags[0].startswith("webhook.failurePolicy"):  # a dotted key: --set would need escaping
-        values["webhook"]["failurePolicy"] = {"pods.mutate.gpucluster.nvidia.com": "Maybe"}
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.Draft7Validator(SCHEMA).validate(values)
+def test_helm_refuses_bad_values(flag: str, where: str) -> None:
+    """Helm validates the values against values.schema.json before rendering."""
+    message = render_error([*DOCS_PREINSTALLED.set_flags, flag])
+    assert "don't meet the specifications of the schema" in message and where in message, message
 
 
 def test_every_values_path_in_templates_exists() -> None:
+    """A typo in .Values.x.y renders as empty, silently: every path the templates read exists."""
+    values = helm.chart().values
     missing = []
-    for path in sorted(TEMPLATES.iterdir()):
-        for match in re.finditer(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", path.read_text()):
-            node: Any = VALUES
+    for template in helm.chart().templates:
+        for match in re.finditer(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", template["data"]):
+            node: Any = values
             for part in match.group(1).lstrip(".").split("."):
                 if not isinstance(node, dict) or part not in node:
-                    missing.append(f"{path.name}: .Values{match.group(1)}")
+                    missing.append(f"{template['name']}: .Values{match.group(1)}")
                     break
                 node = node[part]
     assert not missing, missing
 
 
 def test_crds_are_the_generated_ones() -> None:
-    files = generated_files()
-    on_disk = {p.name: p.read_text() for p in (CHART / "crds").iterdir()}
-    assert on_disk == files, "run: make crds"
+    on_disk = {c["name"].removeprefix("crds/"): c["data"] for c in helm.chart().crds}
+    assert on_disk == generated_files(), "run: make crds"
+
+
+# --- install-time checks (validations.yaml) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "kwargs", "message"),
+    [
+        ((), {"api_versions": ()}, "this cluster does not serve resource.k8s.io/v1 DeviceClass"),
+        ((), {"api_versions": ("resource.k8s.io/v1beta1/DeviceClass",)}, "does not serve resource.k8s.io/v1"),
+        ((), {"kube_version": "v1.34.1"}, "needs Kubernetes 1.34.2 or later; this cluster runs v1.34.1"),
+        ((), {"kube_version": "v1.33.5"}, "needs Kubernetes 1.34.2 or later; this cluster runs v1.33.5"),
+        (("clusterPolicy.enabled=true",), {}, "gpuCluster.enabled and clusterPolicy.enabled cannot both be true"),
+        (("driver.enabled=true",), {}, "gpuCluster.enabled=true does not manage the GPU driver"),
+        (
+            ("driver.enabled=true", "driver.nvidiaDriverCRD.enabled=true"),
+            {},
+            "driver.nvidiaDriverCRD.enabled=true needs the NVIDIADriver API",
+        ),
+        (("webhook.certificates.mode=secret",), {}, "needs webhook.certificates.secret.name"),
+        (
+            ("webhook.certificates.mode=secret", "webhook.certificates.secret.name=mine"),
+            {},
+            "needs webhook.certificates.secret.caBundle",
+        ),
+        (("webhook.certificates.mode=cert-manager",), {}, "cert-manager.io/v1 is not served"),
+        (
+            ("webhook.certificates.mode=cert-manager", "webhook.certificates.certManager.issuerType=issuer"),
+            {"api_versions": helm.DEVICE_CLASS_API + CERT_MANAGER_API},
+            "issuerName is needed when issuerType is issuer or clusterissuer",
+        ),
+    ],
+)
+def test_install_time_checks_fail_clearly(flags: tuple[str, ...], kwargs: dict[str, Any], message: str) -> None:
+    got = render_error([*DOCS_PREINSTALLED.set_flags, *flags], **kwargs)
+    assert got.startswith("execution error at (gpucluster/templates/validations.yaml:"), got
+    assert message in got, got
+
+
+def test_install_time_checks_pass_for_a_good_cluster() -> None:
+    render(["driver.enabled=false", "gpuCluster.enabled=true"], kube_version="v1.35.0")
+    render(["driver.nvidiaDriverCRD.enabled=true"], api_versions=helm.DEVICE_CLASS_API + NVIDIADRIVER_API)
+    # The ClusterPolicy lookup: offline, lookup finds nothing, so the install proceeds (the
+    # refusal with a live ClusterPolicy needs a cluster: the end-to-end tests).
+    render(DOCS_PREINSTALLED.set_flags, api_versions=(*helm.DEVICE_CLASS_API, "nvidia.com/v1/ClusterPolicy"))
 
 
 # --- the default GPUCluster ------------------------------------------------------------------------
 
 
 def prune(node: dict[str, Any]) -> dict[str, Any]:
-    """Python twin of the chart's gpucluster.prune helper: drop "", None, [] and {}, recursively."""
+    """What the chart's gpucluster.prune helper promises: "", None, [] and {} are dropped, recursively."""
     out: dict[str, Any] = {}
     for key, value in node.items():
         if isinstance(value, dict):
@@ -193,139 +222,163 @@ def prune(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Values subtree -> GPUCluster spec field (the contract README states for gpuCluster.* and co).
+SPEC_FROM_VALUES = {
+    "draDriver": ("gpuCluster", "draDriver"),
+    "dcgmExporter": ("dcgmExporter",),
+    "dcgm": ("dcgm",),
+    "hostPaths": ("hostPaths",),
+    "daemonsets": ("daemonsets",),
+}
+
+
 def spec_from_values(values: dict[str, Any]) -> dict[str, Any]:
-    text = template("_helpers.tpl")
-    block = text[text.index('define "gpucluster.gpuClusterSpec"') :]
-    block = block[: block.index("{{- end -}}")]
-    mapping = dict(re.findall(r'"(\w+)" \.Values\.([\w.]+)', block))
-    assert set(mapping) == {"draDriver", "dcgmExporter", "dcgm", "hostPaths", "daemonsets"}
     spec = {}
-    for field_name, path in mapping.items():
+    for field_name, path in SPEC_FROM_VALUES.items():
         node: Any = values
-        for part in path.split("."):
+        for part in path:
             node = node[part]
         spec[field_name] = node
     return prune(spec)
 
 
-@pytest.mark.parametrize("flags", [DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED], ids=["operator-managed", "pre-installed"])
-def test_default_gpucluster_is_a_valid_gpucluster(flags: list[str]) -> None:
-    values = helm_set(VALUES, flags)
-    (doc,) = yaml_of(
-        template("gpucluster.yaml"), {r'\{\{- include "gpucluster.gpuClusterSpec" \. \| nindent 2 \}\}': "  {}"}
-    )
-    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == (gc.API_VERSION, gc.KIND, gc.SINGLETON_NAME)
+def leaves(node: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out |= leaves(value, f"{path}.{key}")
+        return out
+    return {path: node}
+
+
+@pytest.mark.parametrize("recipe", DOCS_RECIPES, ids=RECIPE_IDS)
+def test_default_gpucluster_is_the_values_and_the_model_defaults(recipe: Recipe) -> None:
+    doc = one(render_recipe(recipe), "GPUCluster")
+    assert (doc["apiVersion"], doc["kind"], doc.name) == (gc.API_VERSION, gc.KIND, gc.SINGLETON_NAME)
     assert doc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    doc["spec"] = spec_from_values(values)
-    result = validate_gpucluster(doc)
+    assert doc["spec"] == spec_from_values(helm.chart().merge_values(helm.set_values(recipe.set_flags)))
+    result = validate_gpucluster(dict(doc))
     assert result.ok and not result.warnings, ([str(p) for p in result.problems], result.warnings)
     assert result.obj is not None
-    spec = result.obj.spec
-    assert spec.dcgmExporter.enabled and not spec.dcgm.enabled and spec.draDriver.computeDomains.enabled
-    assert spec.draDriver.image == values["gpuCluster"]["draDriver"]["image"]
-    rendered = render(result.obj, ClusterFacts())  # renders without any image environment
+    # values.yaml never changes a default of the model: every field the model defaults is the same.
+    got = leaves(result.obj.spec.model_dump(mode="json"))
+    empty = validate_gpucluster({"apiVersion": gc.API_VERSION, "kind": gc.KIND, "metadata": doc["metadata"]})
+    assert empty.obj is not None
+    changed = {p: (v, got.get(p)) for p, v in leaves(empty.obj.spec.model_dump(mode="json")).items() if v is not None}
+    assert {p: d for p, d in changed.items() if d[0] != d[1]} == {}
+    rendered = render_operands(result.obj, ClusterFacts())  # renders without any image environment
     assert any(o["kind"] == "DaemonSet" for o in rendered)
 
 
-def test_gpucluster_template_is_conditional_on_gpucluster_enabled() -> None:
-    assert template("gpucluster.yaml").lstrip().startswith("{{- if .Values.gpuCluster.enabled }}")
+def test_gpucluster_values_reach_the_spec() -> None:
+    doc = one(
+        render_recipe(
+            DOCS_PREINSTALLED, "gpuCluster.draDriver.version=v9.9.9", "dcgm.enabled=true", "hostPaths.rootFS=/host"
+        ),
+        "GPUCluster",
+    )
+    assert doc["spec"]["draDriver"]["version"] == "v9.9.9"
+    assert doc["spec"]["dcgm"]["enabled"] is True and doc["spec"]["hostPaths"]["rootFS"] == "/host"
+
+
+def test_gpucluster_only_when_enabled() -> None:
+    assert "GPUCluster" not in kinds(render())
+    assert "GPUCluster" not in kinds(render(["driver.enabled=false"]))
 
 
 # --- webhook configurations -----------------------------------------------------------------------
 
-SERVICE, NAMESPACE = "SERVICE", "NAMESPACE"
 
-
-def render_webhooks() -> list[dict[str, Any]]:
-    """The webhook configurations template with its helpers resolved for SERVICE in NAMESPACE."""
-    text = template("webhook-configurations.yaml")
-    # A failure-policy helper call resolves to its default (webhook.failurePolicy is empty).
-    text = re.sub(
-        r'\{\{ include "gpucluster.failurePolicy" \(list \$ "([^"]+)" "(\w+)"\) \}\}', lambda m: m.group(2), text
-    )
-    client = "service:\n        name: SERVICE\n        namespace: NAMESPACE\n        path: /{}\n        port: 443"
-    return yaml_of(
-        text,
-        {
-            r'\{\{- include "gpucluster.webhookLabels" \. \| nindent 4 \}\}': "app.kubernetes.io/managed-by: gpucluster",
-            r'\{\{- include "gpucluster.webhookAnnotations" \. \| nindent 2 \}\}': "",
-            r'\{\{- include "gpucluster.clientConfig" \(list \$ "validate" [^)]*\) \| nindent 6 \}\}': client.format(
-                "validate"
-            ),
-            r'\{\{- include "gpucluster.clientConfig" \(list \$ "mutate" [^)]*\) \| nindent 6 \}\}': client.format(
-                "mutate"
-            ),
-            r'\{\{- include "gpucluster.excludedNamespaces" \. \| nindent 12 \}\}': "- NAMESPACE\n            - kube-system",
-        },
-    )
-
-
-def test_webhook_configurations_match_the_python_table() -> None:
-    chart = render_webhooks()
-    ours = webhook_configurations(namespace=NAMESPACE, service=SERVICE)
+@pytest.mark.parametrize("namespace", [NAMESPACE, "zeta", "kube-system"])
+def test_webhook_configurations_match_the_python_table(namespace: str) -> None:
+    objs = render(DOCS_PREINSTALLED.set_flags, namespace=namespace)
+    service = one(objs, "Service")
+    chart = [o for o in objs if o.kind.endswith("WebhookConfiguration")]
+    ours = webhook_configurations(namespace=namespace, service=service.name)
     assert [(d["kind"], d["metadata"]["name"]) for d in chart] == [(d["kind"], d["metadata"]["name"]) for d in ours]
     for got, want in zip(chart, ours, strict=True):
         assert got["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpucluster"
+        assert "annotations" not in got["metadata"]
         assert [w["name"] for w in got["webhooks"]] == [w["name"] for w in want["webhooks"]]
         for g, w in zip(got["webhooks"], want["webhooks"], strict=True):
             assert g == w, g["name"]
+    assert {h.name for h in HOOKS} == {w["name"] for c in chart for w in c["webhooks"]}
 
 
-def test_webhook_names_and_policies_cover_every_hook() -> None:
-    text = template("webhook-configurations.yaml")
-    for hook in HOOKS:
-        assert f"- name: {hook.name}" in text
-        assert f'(list $ "{hook.name}" "{hook.failure_policy}")' in text
+def test_webhook_service_reaches_the_webhook_container() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED)
+    service, deployment = one(objs, "Service"), one(objs, "Deployment")
+    pod = deployment["spec"]["template"]
+    assert service["metadata"]["namespace"] == NAMESPACE
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 443
+    webhook = next(c for c in pod["spec"]["containers"] if c["name"] == "webhook")
+    assert port["targetPort"] in {p["name"] for p in webhook["ports"]}
+    assert f"--service-name={service.name}" in webhook["args"]
 
 
-def test_excluded_namespaces_are_sorted_like_the_python_side() -> None:
-    helper = template("_helpers.tpl")
-    assert '(list "kube-system" .Release.Namespace | uniq | sortAlpha)' in helper
-    for namespace in ("gpu-operator", "zeta"):
-        (validating, _) = webhook_configurations(namespace=namespace)
-        values = validating["webhooks"][-1]["namespaceSelector"]["matchExpressions"][0]["values"]
-        assert values == sorted({"kube-system", namespace})
+def test_webhook_failure_policy_is_a_value() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED, r"webhook.failurePolicy.pods\.mutate\.gpucluster\.nvidia\.com=Fail")
+    mutating = one(objs, "MutatingWebhookConfiguration")
+    policies = {w["name"]: w["failurePolicy"] for w in mutating["webhooks"]}
+    assert policies["pods.mutate.gpucluster.nvidia.com"] == "Fail"
 
 
-def test_certificate_modes_are_wired() -> None:
-    helpers = template("_helpers.tpl")
-    assert "cert-manager.io/inject-ca-from" in helpers
-    assert ".Values.webhook.certificates.secret.caBundle" in helpers
-    certs = template("webhook-certificates.yaml")
-    for kind in ("kind: Certificate", "kind: Issuer", "kind: Secret", "selfSigned: {}", "isCA: true"):
-        assert kind in certs
-    deployment = template("deployment.yaml")
-    assert "- rotate" in deployment and "--probe=127.0.0.1:" in deployment and "secretName:" in deployment
+def test_webhook_disabled_renders_no_webhook() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED, "webhook.enabled=false")
+    assert not {"Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} & kinds(objs)
+    containers = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["controller"]
+
+
+def test_certificates_self_managed() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED)
+    secret = one(objs, "Secret")
+    assert secret["type"] == "Opaque" and "data" not in secret
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    rotate = [c for c in pod["initContainers"] + pod["containers"] if c["args"][:2] == ["certs", "rotate"]]
+    assert [c["name"] for c in rotate] == ["certs-init", "certs"]
+    assert all(f"--secret={secret.name}" in c["args"] for c in rotate)
+    assert any(a.startswith("--probe=127.0.0.1:") for a in rotate[1]["args"])
+    for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
+        assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])  # the operator injects it
+
+
+def test_certificates_cert_manager() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED, "webhook.certificates.mode=cert-manager", api_versions=CERT_MANAGER_API)
+    certificates = [o for o in objs if o.kind == "Certificate"]
+    issuers = [o for o in objs if o.kind == "Issuer"]
+    assert "Secret" not in kinds(objs) and len(issuers) == 2
+    assert any(c["spec"].get("isCA") for c in certificates)
+    assert any(i["spec"] == {"selfSigned": {}} for i in issuers)
+    (serving,) = [c for c in certificates if not c["spec"].get("isCA")]
+    service = one(objs, "Service")
+    assert f"{service.name}.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
+        assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{serving.name}"}
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    (certs,) = [v for v in pod["volumes"] if v["name"] == "certs"]
+    assert certs["secret"]["secretName"] == serving["spec"]["secretName"]
+
+
+def test_certificates_from_a_secret() -> None:
+    objs = render_recipe(
+        DOCS_PREINSTALLED,
+        "webhook.certificates.mode=secret",
+        "webhook.certificates.secret.name=my-tls",
+        "webhook.certificates.secret.caBundle=QUJD",
+    )
+    assert not {"Secret", "Certificate", "Issuer"} & kinds(objs)
+    for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
+        assert all(w["clientConfig"]["caBundle"] == "QUJD" for w in config["webhooks"])
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    (certs,) = [v for v in pod["volumes"] if v["name"] == "certs"]
+    assert certs["secret"]["secretName"] == "my-tls"
 
 
 # --- RBAC -----------------------------------------------------------------------------------------
-
-RBAC_SUBS = {
-    r"\{\{ \.Release\.Namespace \| quote \}\}": '"NAMESPACE"',
-    r'\{\{ include "gpucluster.certSecret" \. \| quote \}\}': '"CERT-SECRET"',
-    r'\{\{ include "gpucluster\.[a-zA-Z]+" \. \}\}': "NAME",
-    r"\{\{ \.Release\.Namespace \}\}": "NAMESPACE",
-}
-
-
-def rbac_docs() -> list[dict[str, Any]]:
-    return yaml_of(template("rbac.yaml"), RBAC_SUBS)
-
-
-def rules_of(kind: str) -> list[dict[str, Any]]:
-    (doc,) = [d for d in rbac_docs() if d["kind"] == kind]
-    rules: list[dict[str, Any]] = doc["rules"]
-    return rules
-
-
-def test_rbac_has_no_wildcards() -> None:
-    docs = rbac_docs()
-    assert {d["kind"] for d in docs} == {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    for doc in docs:
-        for rule in doc.get("rules", []):
-            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
-                assert "*" not in rule.get(key, []), (doc["kind"], rule)
-                assert all("*" not in item for item in rule.get(key, [])), (doc["kind"], rule)
 
 
 def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str, name: str | None = None) -> bool:
@@ -336,6 +389,35 @@ def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str, n
         and (not r.get("resourceNames") or (name is not None and name in r["resourceNames"]))
         for r in rules
     )
+
+
+def operator_rules(objs: list[Manifest]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(cluster-wide, operator-namespace) rules of the ServiceAccount the Deployment runs as."""
+    account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    cluster: list[dict[str, Any]] = []
+    namespaced: list[dict[str, Any]] = []
+    for binding in (o for o in objs if o.kind in ("ClusterRoleBinding", "RoleBinding")):
+        if subject not in binding["subjects"]:
+            continue
+        ref = binding["roleRef"]
+        (role,) = [o for o in objs if o.kind == ref["kind"] and o.name == ref["name"]]
+        if binding.kind == "ClusterRoleBinding":
+            cluster += role["rules"]
+        else:
+            assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == NAMESPACE
+            namespaced += role["rules"]
+    assert cluster and namespaced
+    return cluster, namespaced
+
+
+def test_rbac_has_no_wildcards() -> None:
+    objs = render_recipe(DOCS_OPERATOR_MANAGED)
+    assert {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds(objs)
+    for doc in (o for o in objs if "rules" in o):
+        for rule in doc["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert all("*" not in item for item in rule.get(key, [])), (doc.kind, rule)
 
 
 def full_operand_render() -> list[dict[str, Any]]:
@@ -354,21 +436,21 @@ def full_operand_render() -> list[dict[str, Any]]:
         {"apiVersion": gc.API_VERSION, "kind": gc.KIND, "metadata": {"name": "gpu-cluster"}, "spec": spec}
     )
     assert result.obj is not None
-    return render(result.obj, ClusterFacts(service_monitor_crd=True, env={"VALIDATOR_IMAGE": "r.io/x/v:1"}))
+    return render_operands(result.obj, ClusterFacts(service_monitor_crd=True, env={"VALIDATOR_IMAGE": "r.io/x/v:1"}))
 
 
 def test_operator_holds_every_permission_it_grants_and_applies() -> None:
     """RBAC escalation prevention: the operator must hold what its operands' roles grant; and it
     must be able to apply (and prune) every kind it renders."""
-    cluster, namespaced = rules_of("ClusterRole"), rules_of("Role")
+    cluster, namespaced = operator_rules(render_recipe(DOCS_OPERATOR_MANAGED))
     missing = []
     for obj in full_operand_render():
         if obj["kind"] in ("ClusterRole", "Role"):
+            scope = cluster if obj["kind"] == "ClusterRole" else cluster + namespaced
             for rule in obj["rules"]:
                 for group in rule["apiGroups"]:
                     for resource in rule["resources"]:
                         for verb in rule["verbs"]:
-                            scope = cluster if obj["kind"] == "ClusterRole" else cluster + namespaced
                             if not allowed(scope, group, resource, verb):
                                 missing.append(f"{obj['kind']}/{obj['metadata']['name']}: {group}/{resource} {verb}")
         group = obj["apiVersion"].rpartition("/")[0]
@@ -380,96 +462,128 @@ def test_operator_holds_every_permission_it_grants_and_applies() -> None:
     assert not missing, sorted(set(missing))
 
 
+def _group_resource(path: str) -> tuple[str, str, bool]:
+    """(group, resource, namespaced) of a collection path, /api/v1/... or /apis/g/v/..."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if len(rest) == 3 and rest[0] == "namespaces":
+        assert rest[1] == NAMESPACE, path
+        return group, rest[2], True
+    return group, rest[0], False
+
+
+def test_operator_can_list_and_watch_what_it_watches() -> None:
+    """What the controller's and the webhook's reflectors list and watch, as they ask for it."""
+    cluster, namespaced = operator_rules(render_recipe(DOCS_OPERATOR_MANAGED))
+    resources = Controller(None, namespace=NAMESPACE)._resources() + [RESOURCES[k] for k in WEBHOOK_KINDS]  # type: ignore[arg-type]
+    missing = []
+    for resource in resources:
+        group, name, is_namespaced = _group_resource(resource.path)
+        scope = cluster + namespaced if is_namespaced else cluster
+        missing += [f"{verb} {resource.path}" for verb in ("list", "watch") if not allowed(scope, group, name, verb)]
+    assert not missing, missing
+
+
 def test_operator_permissions_for_the_webhook_controller_and_certificates() -> None:
-    cluster, namespaced = rules_of("ClusterRole"), rules_of("Role")
-    # What the webhook's cluster view lists and watches (gpucluster.commands.webhook.WEBHOOK_KINDS).
-    for group, resource in [
-        ("", "namespaces"),
-        ("nvidia.com", "clusterpolicies"),
-        ("nvidia.com", "gpuclusters"),
-        ("nvidia.com", "nvidiadrivers"),
-        ("resource.k8s.io", "deviceclasses"),
-        ("resource.k8s.io", "resourceslices"),
-        ("resource.k8s.io", "resourceclaimtemplates"),
-    ]:
-        assert allowed(cluster, group, resource, "list") and allowed(cluster, group, resource, "watch"), resource
+    objs = render_recipe(DOCS_OPERATOR_MANAGED)
+    cluster, namespaced = operator_rules(objs)
+    secret = one(objs, "Secret").name
     assert allowed(cluster, "resource.k8s.io", "resourceclaimtemplates", "create")  # translated pods
     assert allowed(cluster, "nvidia.com", "gpuclusters/status", "update")
     assert allowed(cluster, "nvidia.com", "gpuclusters", "delete")  # the pre-delete hook
     assert allowed(cluster, "", "nodes", "patch")
     assert allowed(namespaced, "coordination.k8s.io", "leases", "update")  # leader election
     # Certificates: one Secret by name, our two webhook configurations by name, nothing else.
-    assert allowed(namespaced, "", "secrets", "update", "CERT-SECRET")
+    assert allowed(namespaced, "", "secrets", "update", secret)
     assert not allowed(namespaced + cluster, "", "secrets", "update", "another-secret")
     assert not allowed(namespaced + cluster, "", "secrets", "create")
     assert not allowed(namespaced + cluster, "", "secrets", "list")
-    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
-        assert allowed(cluster, "admissionregistration.k8s.io", kind, "patch", "gpucluster-validating-webhook")
-        assert not allowed(cluster, "admissionregistration.k8s.io", kind, "patch", "someone-elses")
-        assert not allowed(cluster, "admissionregistration.k8s.io", kind, "list")
+    for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
+        resource = config.kind.lower() + "s"
+        assert allowed(cluster, "admissionregistration.k8s.io", resource, "patch", config.name)
+        assert not allowed(cluster, "admissionregistration.k8s.io", resource, "patch", "someone-elses")
+        assert not allowed(cluster, "admissionregistration.k8s.io", resource, "list")
     assert allowed(namespaced, "discovery.k8s.io", "endpointslices", "list")
     # The namespace label: only the operator's own namespace.
-    assert allowed(cluster, "", "namespaces", "patch", "NAMESPACE")
+    assert allowed(cluster, "", "namespaces", "patch", NAMESPACE)
     assert not allowed(cluster, "", "namespaces", "patch", "default")
 
 
 # --- the rest of the templates ----------------------------------------------------------------------
 
 
-def test_validations_fail_clearly() -> None:
-    text = template("validations.yaml")
-    assert '.Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass"' in text
-    assert 'semverCompare ">=1.34.2-0" .Capabilities.KubeVersion.Version' in text
-    assert "and .Values.gpuCluster.enabled .Values.clusterPolicy.enabled" in text
-    assert 'lookup "nvidia.com/v1" "ClusterPolicy"' in text
-    assert text.count("fail ") >= 6
-
-
 def test_deployment_runs_webhook_and_controller() -> None:
-    text = template("deployment.yaml")
-    assert "replicas: {{ .Values.operator.replicas }}" in text
-    for arg in ("- controller", "- webhook", "--translation-mode={{ .Values.webhook.translation.mode }}"):
-        assert arg in text
-    assert "name: OPERATOR_NAMESPACE" in text and 'include "gpucluster.operatorEnv"' in text
-    helpers = template("_helpers.tpl")
-    for env in ("DRA_DRIVER_IMAGE", "DCGM_EXPORTER_IMAGE", "DCGM_IMAGE", "VALIDATOR_IMAGE", ".Values.operator.env"):
-        assert env in helpers
-    assert "readOnlyRootFilesystem: true" in helpers and "runAsNonRoot: true" in text
+    objs = render_recipe(DOCS_OPERATOR_MANAGED, "operator.replicas=3", "webhook.translation.mode=audit")
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert containers["controller"]["args"][0] == "controller"
+    assert containers["webhook"]["args"][0] == "webhook"
+    assert "--translation-mode=audit" in containers["webhook"]["args"]
+    env = {e["name"]: e for e in containers["controller"]["env"]}
+    assert env["OPERATOR_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["DEFAULT_GPU_ALLOCATION_MODE"]["value"] == "dra"  # operator.env of the recipe
+    assert env["DRA_DRIVER_IMAGE"]["value"] == "nvcr.io/nvidia/dra-driver-nvidia-gpu:v0.4.1"
+    assert {"DCGM_EXPORTER_IMAGE", "DCGM_IMAGE"} <= set(env)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for container in pod["containers"] + pod.get("initContainers", []):
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, container["name"]
+        assert container["image"].endswith("/gpucluster:0.1.0"), container["name"]
+    assert pod["serviceAccountName"] == one(objs, "ServiceAccount").name
 
 
-def test_standard_labels() -> None:
-    helpers = template("_helpers.tpl")
-    for label in (
-        "app.kubernetes.io/name",
-        "app.kubernetes.io/instance",
-        "app.kubernetes.io/version",
-        "app.kubernetes.io/managed-by",
-        "helm.sh/chart",
-    ):
-        assert label in helpers
-
-
-def test_nvidiadriver_never_auto_upgrades() -> None:
-    (doc,) = yaml_of(
-        template("nvidiadriver.yaml"),
-        {r"\{\{ \.Values\.[\w.]+ \| quote \}\}": '"1"', r"\{\{ (\.Values\.[\w.]+|\.) \}\}": "x"},
+def test_validator_image_is_a_value() -> None:
+    objs = render_recipe(
+        DOCS_PREINSTALLED, "validator.repository=r.io/v", "validator.image=val", "validator.version=v1"
     )
-    assert doc["kind"] == "NVIDIADriver" and doc["spec"]["upgradePolicy"] == {"autoUpgrade": False}
-    assert "driver.nvidiaDriverCRD.enabled" in template("nvidiadriver.yaml").splitlines()[0]
+    containers = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in containers[0]["env"]}
+    assert env["VALIDATOR_IMAGE"] == "r.io/v/val:v1"
+
+
+@pytest.mark.parametrize("recipe", DOCS_RECIPES, ids=RECIPE_IDS)
+def test_standard_labels_on_every_object(recipe: Recipe) -> None:
+    for obj in render_recipe(recipe):
+        labels = obj["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == "gpucluster-0.1.0", (obj.kind, obj.name)
+        assert labels["app.kubernetes.io/instance"] == helm.RELEASE and labels["app.kubernetes.io/name"] == "gpucluster"
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        managed = "gpucluster" if obj.kind.endswith("WebhookConfiguration") else "Helm"
+        assert labels["app.kubernetes.io/managed-by"] == managed, (obj.kind, obj.name)
+
+
+def test_nvidiadriver_only_operator_managed_and_never_auto_upgrades() -> None:
+    assert "NVIDIADriver" not in kinds(render_recipe(DOCS_PREINSTALLED))
+    doc = one(render_recipe(DOCS_OPERATOR_MANAGED), "NVIDIADriver")
+    assert doc["apiVersion"] == "nvidia.com/v1alpha1" and doc["spec"]["upgradePolicy"] == {"autoUpgrade": False}
+    assert doc.name == helm.chart().values["driver"]["nvidiaDriverCRD"]["name"]
 
 
 def test_pre_delete_hook_deletes_the_gpucluster_and_waits() -> None:
-    text = template("cleanup-gpucluster.yaml")
-    assert "helm.sh/hook: pre-delete" in text
-    assert "- gpuclusters.nvidia.com" in text and "- gpu-cluster" in text and "- --wait" in text
+    objs = render_recipe(DOCS_PREINSTALLED)
+    hooks = [o for o in objs if o.hook]
+    assert [(o.kind, o.hook) for o in hooks] == [("Job", "pre-delete")]
+    (job,) = hooks
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:3] == ["delete", "gpuclusters.nvidia.com", gc.SINGLETON_NAME]
+    assert "--wait" in container["args"]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == one(objs, "ServiceAccount").name
+    assert "cleanup-gpucluster" not in {o.template for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
 
 
 def test_notes_carry_the_docs_validation_steps() -> None:
-    notes = template("NOTES.txt")
+    notes = helm.render_text(list(DOCS_PREINSTALLED.set_flags))["gpucluster/templates/NOTES.txt"]
     for command in (
         "kubectl get gpucluster",
-        "kubectl get pods -n {{ .Release.Namespace }}",
+        f"kubectl get pods -n {NAMESPACE}",
         "kubectl get deviceclass",
         "kubectl get resourceslices",
     ):
         assert command in notes
+
+
+def test_upgrade_renders_the_same_objects() -> None:
+    install = render_recipe(DOCS_OPERATOR_MANAGED)
+    upgrade = render_recipe(DOCS_OPERATOR_MANAGED, is_upgrade=True)
+    assert json.dumps(install, sort_keys=True) == json.dumps(upgrade, sort_keys=True)
