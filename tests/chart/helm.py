@@ -154,6 +154,21 @@ def render(
     return out
 
 
+def default_objects(manifests: list[Manifest]) -> list[Manifest]:
+    """The GPUCluster and NVIDIADriver the install creates: rendered as release objects, or carried
+    as YAML in a ConfigMap labelled app.kubernetes.io/component=defaults (applied by a hook Job).
+    A carried object's ``template`` is ``<ConfigMap template>#<data key>``."""
+    out = []
+    for manifest in manifests:
+        if manifest.kind in ("GPUCluster", "NVIDIADriver"):
+            out.append(manifest)
+        labels = (manifest.get("metadata") or {}).get("labels") or {}
+        if manifest.kind == "ConfigMap" and labels.get("app.kubernetes.io/component") == "defaults":
+            for key, text in sorted((manifest.get("data") or {}).items()):
+                out += [Manifest(d, f"{manifest.template}#{key}") for d in yaml.safe_load_all(text) if d]
+    return out
+
+
 def render_recipe(
     recipe: Recipe, *extra_flags: str, api_versions: tuple[str, ...] = (), is_upgrade: bool = False
 ) -> list[Manifest]:

@@ -49,6 +49,17 @@ def kinds(objs: list[Manifest]) -> set[str]:
     return {o.kind for o in objs}
 
 
+def default_object(objs: list[Manifest], kind: str) -> Manifest:
+    """The GPUCluster or NVIDIADriver the install creates (a release object or hook-applied)."""
+    return one(helm.default_objects(objs), kind)
+
+
+def operator_account(objs: list[Manifest]) -> str:
+    name = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert name in {o.name for o in objs if o.kind == "ServiceAccount"}
+    return str(name)
+
+
 # --- Chart.yaml, values, schema, lint ------------------------------------------------------------
 
 
@@ -253,9 +264,10 @@ def leaves(node: Any, path: str = "") -> dict[str, Any]:
 
 @pytest.mark.parametrize("recipe", DOCS_RECIPES, ids=RECIPE_IDS)
 def test_default_gpucluster_is_the_values_and_the_model_defaults(recipe: Recipe) -> None:
-    doc = one(render_recipe(recipe), "GPUCluster")
+    doc = default_object(render_recipe(recipe), "GPUCluster")
     assert (doc["apiVersion"], doc["kind"], doc.name) == (gc.API_VERSION, gc.KIND, gc.SINGLETON_NAME)
-    assert doc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    if doc.template == "templates/gpucluster.yaml":  # a release object: Helm must not delete it itself
+        assert doc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert doc["spec"] == spec_from_values(helm.chart().merge_values(helm.set_values(recipe.set_flags)))
     result = validate_gpucluster(dict(doc))
     assert result.ok and not result.warnings, ([str(p) for p in result.problems], result.warnings)
@@ -271,7 +283,7 @@ def test_default_gpucluster_is_the_values_and_the_model_defaults(recipe: Recipe)
 
 
 def test_gpucluster_values_reach_the_spec() -> None:
-    doc = one(
+    doc = default_object(
         render_recipe(
             DOCS_PREINSTALLED, "gpuCluster.draDriver.version=v9.9.9", "dcgm.enabled=true", "hostPaths.rootFS=/host"
         ),
@@ -282,8 +294,8 @@ def test_gpucluster_values_reach_the_spec() -> None:
 
 
 def test_gpucluster_only_when_enabled() -> None:
-    assert "GPUCluster" not in kinds(render())
-    assert "GPUCluster" not in kinds(render(["driver.enabled=false"]))
+    assert "GPUCluster" not in kinds(helm.default_objects(render()))
+    assert "GPUCluster" not in kinds(helm.default_objects(render(["driver.enabled=false"])))
 
 
 # --- webhook configurations -----------------------------------------------------------------------
@@ -393,8 +405,7 @@ def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str, n
 
 def operator_rules(objs: list[Manifest]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(cluster-wide, operator-namespace) rules of the ServiceAccount the Deployment runs as."""
-    account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    subject = {"kind": "ServiceAccount", "name": operator_account(objs), "namespace": NAMESPACE}
     cluster: list[dict[str, Any]] = []
     namespaced: list[dict[str, Any]] = []
     for binding in (o for o in objs if o.kind in ("ClusterRoleBinding", "RoleBinding")):
@@ -530,7 +541,6 @@ def test_deployment_runs_webhook_and_controller() -> None:
     for container in pod["containers"] + pod.get("initContainers", []):
         assert container["securityContext"]["readOnlyRootFilesystem"] is True, container["name"]
         assert container["image"].endswith("/gpucluster:0.1.0"), container["name"]
-    assert pod["serviceAccountName"] == one(objs, "ServiceAccount").name
 
 
 def test_validator_image_is_a_value() -> None:
@@ -554,22 +564,28 @@ def test_standard_labels_on_every_object(recipe: Recipe) -> None:
 
 
 def test_nvidiadriver_only_operator_managed_and_never_auto_upgrades() -> None:
-    assert "NVIDIADriver" not in kinds(render_recipe(DOCS_PREINSTALLED))
-    doc = one(render_recipe(DOCS_OPERATOR_MANAGED), "NVIDIADriver")
+    assert "NVIDIADriver" not in kinds(helm.default_objects(render_recipe(DOCS_PREINSTALLED)))
+    doc = default_object(render_recipe(DOCS_OPERATOR_MANAGED), "NVIDIADriver")
     assert doc["apiVersion"] == "nvidia.com/v1alpha1" and doc["spec"]["upgradePolicy"] == {"autoUpgrade": False}
     assert doc.name == helm.chart().values["driver"]["nvidiaDriverCRD"]["name"]
 
 
 def test_pre_delete_hook_deletes_the_gpucluster_and_waits() -> None:
     objs = render_recipe(DOCS_PREINSTALLED)
-    hooks = [o for o in objs if o.hook]
-    assert [(o.kind, o.hook) for o in hooks] == [("Job", "pre-delete")]
-    (job,) = hooks
+    (job,) = [o for o in objs if o.hook == "pre-delete"]
+    assert job.kind == "Job"
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["args"][:3] == ["delete", "gpuclusters.nvidia.com", gc.SINGLETON_NAME]
     assert "--wait" in container["args"]
-    assert job["spec"]["template"]["spec"]["serviceAccountName"] == one(objs, "ServiceAccount").name
-    assert "cleanup-gpucluster" not in {o.template for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
+    # The hook's ServiceAccount may delete (and wait for) the GPUCluster.
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    rules = []
+    for binding in (o for o in objs if o.kind == "ClusterRoleBinding" and subject in o["subjects"]):
+        rules += next(o for o in objs if o.kind == "ClusterRole" and o.name == binding["roleRef"]["name"])["rules"]
+    for verb in ("get", "watch", "delete"):
+        assert allowed(rules, "nvidia.com", "gpuclusters", verb), verb
+    assert "pre-delete" not in {o.hook for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
 
 
 def test_notes_carry_the_docs_validation_steps() -> None:
