@@ -1,0 +1,149 @@
+"""Every object real Helm renders for the documented installs (and a few more value combinations)
+is valid for Kubernetes 1.34: built-in kinds through kubernetes-validate (strict: unknown fields
+are errors), the GPUCluster through our own CRD's structural schema as kube-apiserver applies it
+(pruning must drop nothing; OpenAPI and CEL validation must pass) and through the model.
+
+Custom resources of other projects have no schema here: they are listed in NOT_VALIDATED, and a
+custom kind missing from that list fails the test (no silent skip)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from gpucluster.api.validation import validate_gpucluster
+from sandbox.apiserver.crds import default, prune, validate
+from tests.chart import helm
+from tests.chart.helm import (
+    CERT_MANAGER_API,
+    DOCS_OPERATOR_MANAGED,
+    DOCS_PREINSTALLED,
+    SERVICE_MONITOR_API,
+    Manifest,
+    Recipe,
+)
+
+K8S_VERSION = "1.34.0"
+
+# (apiVersion, kind) -> why it is not validated here.
+NOT_VALIDATED = {
+    ("nvidia.com/v1alpha1", "NVIDIADriver"): "the GPU Operator's CRD, not shipped by this chart",
+    ("cert-manager.io/v1", "Certificate"): "cert-manager's CRD, not shipped by this chart",
+    ("cert-manager.io/v1", "Issuer"): "cert-manager's CRD, not shipped by this chart",
+}
+
+COMBINATIONS = [
+    Recipe("defaults", ()),
+    DOCS_OPERATOR_MANAGED,
+    DOCS_PREINSTALLED,
+    DOCS_OPERATOR_MANAGED.with_flags("webhook.certificates.mode=cert-manager", api_versions=CERT_MANAGER_API),
+    DOCS_PREINSTALLED.with_flags(
+        "webhook.certificates.mode=cert-manager",
+        "webhook.certificates.certManager.issuerType=clusterissuer",
+        "webhook.certificates.certManager.issuerName=corp-ca",
+        api_versions=CERT_MANAGER_API,
+    ),
+    DOCS_PREINSTALLED.with_flags(
+        "webhook.certificates.mode=secret",
+        "webhook.certificates.secret.name=my-tls",
+        "webhook.certificates.secret.caBundle=QUJD",
+    ),
+    DOCS_PREINSTALLED.with_flags("dcgm.enabled=true"),
+    DOCS_PREINSTALLED.with_flags("webhook.enabled=false"),
+    DOCS_PREINSTALLED.with_flags("cleanup.enabled=false"),
+    DOCS_PREINSTALLED.with_flags(
+        "dcgmExporter.serviceMonitor.enabled=true",
+        "dcgmExporter.serviceMonitor.additionalLabels.release=prometheus",
+        api_versions=SERVICE_MONITOR_API,
+    ),
+    DOCS_OPERATOR_MANAGED.with_flags(
+        "driver.nvidiaDriverCRD.nodeSelector.example\\.com/pool=gpus",
+        "operator.podDisruptionBudget.enabled=false",
+        "operator.replicas=1",
+    ),
+]
+IDS = [
+    "defaults",
+    "operator-managed",
+    "pre-installed",
+    "cert-manager",
+    "cert-manager-clusterissuer",
+    "secret",
+    "dcgm",
+    "no-webhook",
+    "no-cleanup",
+    "servicemonitor",
+    "driver-nodeselector",
+]
+
+
+@cache
+def gpucluster_crd_schema() -> dict[str, Any]:
+    (crd,) = [c for c in helm.crds() if c["spec"]["names"]["kind"] == "GPUCluster"]
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def problems_of_gpucluster(obj: dict[str, Any]) -> list[str]:
+    """What kube-apiserver would drop or refuse: structural pruning, then defaulting and the
+    OpenAPI/CEL validation of the CRD; then our model (the webhook's view)."""
+    schema = gpucluster_crd_schema()
+    dropped: list[str] = []
+    pruned = prune(obj, schema, root=True, dropped=dropped)
+    out = [f"unknown field {path} (pruned by the API server)" for path in dropped]
+    out += [f"{field}: {message}" for _, field, message in validate(default(pruned, schema), schema)]
+    result = validate_gpucluster(obj)
+    out += [str(p) for p in result.problems] + [f"warning: {w}" for w in result.warnings]
+    return out
+
+
+def problems_of(obj: Manifest) -> list[str]:
+    key = (obj.get("apiVersion"), obj.kind)
+    if key == ("nvidia.com/v1alpha1", "GPUCluster"):
+        return problems_of_gpucluster(dict(obj))
+    if key in NOT_VALIDATED:
+        return []
+    try:
+        kubernetes_validate.validate(dict(obj), K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return [f"{where or '<root>'}: {exc.message}"]
+    except kubernetes_validate.SchemaNotFoundError:
+        return [f"no schema for {key}: validate it here or list it in NOT_VALIDATED"]
+    return []
+
+
+@pytest.mark.parametrize("recipe", COMBINATIONS, ids=IDS)
+def test_every_rendered_object_is_valid_for_kubernetes_1_34(recipe: Recipe) -> None:
+    objs = helm.render_recipe(recipe)
+    assert objs
+    problems = []
+    for obj in [*objs, *(o for o in helm.default_objects(objs) if o not in objs)]:
+        problems += [f"{obj.template} {obj.kind}/{obj.name}: {p}" for p in problems_of(obj)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_crds_are_valid_for_kubernetes_1_34() -> None:
+    for crd in helm.crds():
+        kubernetes_validate.validate(crd, K8S_VERSION, strict=True)
+
+
+def test_the_validation_catches_bad_objects() -> None:
+    """The checks above are live: an unknown field, a wrong type, an unknown custom kind."""
+    (deployment,) = [o for o in helm.render_recipe(DOCS_PREINSTALLED) if o.kind == "Deployment"]
+    bad = Manifest({**deployment, "spec": {**deployment["spec"], "replica": 2}}, deployment.template)
+    assert any("replica" in p for p in problems_of(bad))
+    bad = Manifest({**deployment, "spec": {**deployment["spec"], "replicas": "2"}}, deployment.template)
+    assert problems_of(bad)
+    stranger = Manifest({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, "x.yaml")
+    assert problems_of(stranger) == [
+        f"no schema for {('example.com/v1', 'Widget')}: validate it here or list it in NOT_VALIDATED"
+    ]
+    gpucluster = helm.default_objects(helm.render_recipe(DOCS_PREINSTALLED))[0]
+    spec = {**gpucluster["spec"], "typo": 1, "dcgm": {**gpucluster["spec"]["dcgm"], "hostPort": 70000}}
+    problems = problems_of(Manifest({**gpucluster, "spec": spec}, gpucluster.template))
+    assert any("spec.typo" in p for p in problems) and any("hostPort" in p for p in problems), problems
