@@ -18,6 +18,7 @@ from gpucluster.errors import EXIT_USAGE, GpuclusterError
 CONTRACT = [
     "webhook", "controller", "run", "sandbox", "validate", "render",
     "admit", "match", "explain", "migrate", "audit", "certs",
+    "apply",  # beyond the contract: the chart's install hook
 ]  # fmt: skip
 
 

@@ -220,11 +220,12 @@ def _controller_rbac(ctx: Ctx) -> list[Obj]:
         rule(["resource.nvidia.com"], ["computedomains"], [*READ, "update"]),
         rule(["resource.nvidia.com"], ["computedomains/status"], ["update"]),
         rule(["resource.k8s.io"], ["resourceclaimtemplates"], [*READ, "create", "update", "delete"]),
-        rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
         rule([""], ["nodes"], [*READ, "update"]),
         rule([""], ["pods"], READ),
     ]
     namespaced_rules = [
+        # Its leader-election Lease lives in the operator namespace (LEADER_ELECTION_LEASE_LOCK_NAMESPACE).
+        rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
         rule(["apps"], ["daemonsets"], [*READ, "create", "update", "patch", "delete"]),
         rule(["resource.nvidia.com"], ["computedomaincliques"], [*READ, "update"]),
     ]

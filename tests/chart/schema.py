@@ -103,6 +103,11 @@ def build_schema() -> Schema:
         "gpuCluster": _obj(
             {
                 "enabled": _bool("Create the default GPUCluster resource, gpu-cluster (enables the DRA model)."),
+                "applyTimeoutSeconds": {
+                    "type": "integer",
+                    "minimum": 10,
+                    "description": "How long the install/upgrade hook waits for the webhook to accept the defaults.",
+                },
                 "draDriver": _strict(spec["draDriver"]),
             },
             "The default GPUCluster resource.",
@@ -211,7 +216,11 @@ def build_schema() -> Schema:
                 "enabled": _bool("Delete the GPUCluster and wait for its drain before uninstalling."),
                 "image": _str("An image with kubectl."),
                 "imagePullPolicy": pull_policy,
-                "timeoutSeconds": {"type": "integer", "minimum": 1},
+                "timeoutSeconds": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Seconds to wait for the drain; above 270, pass helm uninstall a --timeout over it + 30 s.",
+                },
             },
             "The pre-delete hook.",
         ),

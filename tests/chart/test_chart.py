@@ -353,7 +353,7 @@ def test_certificates_self_managed() -> None:
     rotate = [c for c in pod["initContainers"] + pod["containers"] if c["args"][:2] == ["certs", "rotate"]]
     assert [c["name"] for c in rotate] == ["certs-init", "certs"]
     assert all(f"--secret={secret.name}" in c["args"] for c in rotate)
-    assert any(a.startswith("--probe=127.0.0.1:") for a in rotate[1]["args"])
+    assert any(a.startswith("--probe=$(POD_IP):") for a in rotate[1]["args"])
     for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
         assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])  # the operator injects it
 
@@ -467,7 +467,9 @@ def test_operator_holds_every_permission_it_grants_and_applies() -> None:
         group = obj["apiVersion"].rpartition("/")[0]
         resource, is_namespaced = plural(obj["apiVersion"], obj["kind"])
         scope = cluster + namespaced if is_namespaced else cluster
-        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+        # What the controller does with a rendered object: watch it, server-side apply it (a PATCH,
+        # which creates the object when it is absent), prune it.
+        for verb in ("get", "list", "watch", "create", "patch", "delete"):
             if not allowed(scope, group, resource, verb):
                 missing.append(f"apply {obj['kind']}: {verb}")
     assert not missing, sorted(set(missing))
@@ -500,8 +502,9 @@ def test_operator_permissions_for_the_webhook_controller_and_certificates() -> N
     cluster, namespaced = operator_rules(objs)
     secret = one(objs, "Secret").name
     assert allowed(cluster, "resource.k8s.io", "resourceclaimtemplates", "create")  # translated pods
-    assert allowed(cluster, "nvidia.com", "gpuclusters/status", "update")
-    assert allowed(cluster, "nvidia.com", "gpuclusters", "delete")  # the pre-delete hook
+    assert allowed(cluster, "nvidia.com", "gpuclusters/status", "patch")
+    assert allowed(cluster, "nvidia.com", "gpuclusters", "patch")  # its finalizer
+    assert not allowed(cluster, "nvidia.com", "gpuclusters", "delete")  # the hooks' identity deletes it
     assert allowed(cluster, "", "nodes", "patch")
     assert allowed(namespaced, "coordination.k8s.io", "leases", "update")  # leader election
     # Certificates: one Secret by name, our two webhook configurations by name, nothing else.

@@ -200,3 +200,70 @@ annotations:
 - {{ . | quote }}
 {{- end -}}
 {{- end -}}
+
+{{/* The ConfigMap of the default objects, and the identity of the chart's hook Jobs. */}}
+{{- define "gpucluster.defaultsName" -}}
+{{ include "gpucluster.fullname" . | trunc 54 | trimSuffix "-" }}-defaults
+{{- end -}}
+
+{{- define "gpucluster.hooksName" -}}
+{{ include "gpucluster.fullname" . | trunc 57 | trimSuffix "-" }}-hooks
+{{- end -}}
+
+{{/* The default GPUCluster, applied by the install/upgrade hook. */}}
+{{- define "gpucluster.defaultGPUCluster" -}}
+apiVersion: nvidia.com/v1alpha1
+kind: GPUCluster
+metadata:
+  name: gpu-cluster
+  labels:
+    {{- include "gpucluster.labels" . | nindent 4 }}
+    app.kubernetes.io/component: gpucluster
+spec:
+  {{- include "gpucluster.gpuClusterSpec" . | nindent 2 }}
+{{- end -}}
+
+{{/*
+The operator-managed driver. GPUCluster does not manage the driver; automatic driver upgrades
+are not supported for DRA nodes yet, so they are off (and the webhook refuses to turn them on).
+With driver.nvidiaDriverCRD.nodeSelector the NVIDIADriver serves the selected nodes only and is
+not the default one: the NVIDIADriver API refuses a default NVIDIADriver with a nodeSelector.
+*/}}
+{{- define "gpucluster.defaultNVIDIADriver" -}}
+apiVersion: nvidia.com/v1alpha1
+kind: NVIDIADriver
+metadata:
+  name: {{ .Values.driver.nvidiaDriverCRD.name }}
+  labels:
+    {{- include "gpucluster.labels" . | nindent 4 }}
+    app.kubernetes.io/component: driver
+spec:
+  {{- with .Values.driver.nvidiaDriverCRD.nodeSelector }}
+  default: false
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- else }}
+  # Serves every GPU node no other NVIDIADriver selects.
+  default: true
+  {{- end }}
+  driverType: {{ .Values.driver.nvidiaDriverCRD.driverType }}
+  repository: {{ .Values.driver.repository }}
+  image: {{ .Values.driver.image }}
+  version: {{ .Values.driver.version | quote }}
+  imagePullPolicy: {{ .Values.driver.imagePullPolicy }}
+  {{- with .Values.driver.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  kernelModuleType: {{ .Values.driver.kernelModuleType }}
+  usePrecompiled: {{ .Values.driver.usePrecompiled }}
+  {{- with .Values.daemonsets.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.daemonsets.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  upgradePolicy:
+    autoUpgrade: false
+{{- end -}}

@@ -1,0 +1,140 @@
+"""The install-time defects of issue 12 that a render shows, one test each (real Helm renders)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chart.helm import (
+    DOCS_OPERATOR_MANAGED,
+    DOCS_PREINSTALLED,
+    DOCS_RECIPES,
+    NAMESPACE,
+    Manifest,
+    default_objects,
+    render_error,
+    render_recipe,
+)
+
+
+def one(objs: list[Manifest], kind: str, component: str | None = None) -> Manifest:
+    found = [
+        o
+        for o in objs
+        if o.kind == kind
+        and (
+            component is None
+            or ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") == component
+        )
+    ]
+    assert len(found) == 1, (kind, component, [o.name for o in found])
+    return found[0]
+
+
+def rules_of(objs: list[Manifest], kind: str, component: str = "operator") -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = one(objs, kind, component)["rules"]
+    return rules
+
+
+def grants(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r.get("apiGroups", []) and resource in r.get("resources", []) and verb in r.get("verbs", [])
+        for r in rules
+    )
+
+
+# 1. Helm creates custom resources after the webhook configurations, in the same pass: the default
+#    objects must not be release objects, but applied by a hook once the webhook answers.
+def test_default_objects_are_applied_by_a_post_install_hook_not_created_by_helm() -> None:
+    for recipe in DOCS_RECIPES:
+        objs = render_recipe(recipe)
+        assert not [o for o in objs if o.kind in ("GPUCluster", "NVIDIADriver")], recipe.name
+        defaults = {o.kind for o in default_objects(objs)}
+        assert "GPUCluster" in defaults
+        assert ("NVIDIADriver" in defaults) == (recipe is DOCS_OPERATOR_MANAGED)
+        job = one(objs, "Job", "defaults")
+        annotations = job["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "post-install,post-upgrade"
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["args"][0] == "apply" and "--filename=/etc/gpucluster/defaults" in container["args"]
+        config_map = one(objs, "ConfigMap", "defaults")
+        assert pod["volumes"][0]["configMap"]["name"] == config_map.name
+        assert not config_map.hook  # a release object: it exists when the post-install hook runs
+        # The hook runs under its own identity, which may write the default objects and nothing else.
+        hook_rules = rules_of(objs, "ClusterRole", "hooks")
+        assert {g for r in hook_rules for g in r["apiGroups"]} == {"nvidia.com"}
+        assert pod["serviceAccountName"] == one(objs, "ServiceAccount", "hooks").name
+
+
+def test_an_upgrade_that_changes_the_spec_changes_the_hook_pod() -> None:
+    before = one(render_recipe(DOCS_PREINSTALLED, is_upgrade=True), "Job", "defaults")
+    after = one(
+        render_recipe(DOCS_PREINSTALLED, "gpuCluster.draDriver.version=v0.5.0", is_upgrade=True), "Job", "defaults"
+    )
+    key = "checksum/defaults"
+    assert (
+        before["spec"]["template"]["metadata"]["annotations"][key]
+        != after["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+# 3. Rights never used, and rights wider than needed.
+def test_operator_rbac_grants_no_unused_or_cluster_wide_rights() -> None:
+    objs = render_recipe(DOCS_OPERATOR_MANAGED)
+    cluster, namespaced = rules_of(objs, "ClusterRole"), rules_of(objs, "Role")
+    everything = cluster + namespaced
+    assert not any("configmaps" in r["resources"] for r in everything)
+    assert not any("events.k8s.io" in r["apiGroups"] for r in everything)
+    assert not any("coordination.k8s.io" in r["apiGroups"] for r in cluster)  # leases: namespace only
+    assert grants(namespaced, "coordination.k8s.io", "leases", "update")
+    assert not grants(cluster, "resource.k8s.io", "resourceclaimtemplates", "patch")
+    assert grants(namespaced, "resource.k8s.io", "resourceclaimtemplates", "patch")
+    assert not grants(cluster, "nvidia.com", "gpuclusters", "delete")  # the cleanup hook's identity does
+    role = one(objs, "Role", "operator")
+    assert role["metadata"]["namespace"] == NAMESPACE
+
+
+# 4. The upstream NVIDIADriver CRD refuses a default NVIDIADriver with a nodeSelector.
+def test_nvidiadriver_with_a_node_selector_is_not_the_default_one() -> None:
+    objs = render_recipe(DOCS_OPERATOR_MANAGED, "driver.nvidiaDriverCRD.nodeSelector.nvidia\\.com/gpu\\.product=H100")
+    (driver,) = [o for o in default_objects(objs) if o.kind == "NVIDIADriver"]
+    assert driver["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert driver["spec"]["default"] is False
+    (plain,) = [o for o in default_objects(render_recipe(DOCS_OPERATOR_MANAGED)) if o.kind == "NVIDIADriver"]
+    assert plain["spec"]["default"] is True and "nodeSelector" not in plain["spec"]
+
+
+# 6. helm uninstall waits 5 minutes for hooks by default: the cleanup Job must end before that.
+def test_cleanup_hook_fits_helms_default_timeout() -> None:
+    job = one(render_recipe(DOCS_PREINSTALLED), "Job", "cleanup")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["spec"]["activeDeadlineSeconds"] < 300
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    timeout = next(a for a in container["args"] if a.startswith("--timeout="))
+    assert int(timeout.removeprefix("--timeout=").removesuffix("s")) < job["spec"]["activeDeadlineSeconds"]
+
+
+def test_cleanup_deletes_the_nvidiadriver_the_chart_created() -> None:
+    job = one(render_recipe(DOCS_OPERATOR_MANAGED), "Job", "cleanup")
+    pod = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["delete-gpucluster"]
+    assert [c["name"] for c in pod["containers"]] == ["delete-nvidiadriver"]
+    assert "nvidiadrivers.nvidia.com" in pod["containers"][0]["args"]
+
+
+# 7. A silent no-op: clusterPolicy.enabled without gpuCluster.enabled installed nothing.
+def test_cluster_policy_alone_fails_with_a_message() -> None:
+    message = render_error(["clusterPolicy.enabled=true"])
+    assert "never deploys a ClusterPolicy" in message
+
+
+def test_helm_template_without_capabilities_says_what_to_pass() -> None:
+    message = render_error(list(DOCS_PREINSTALLED.set_flags), api_versions=())
+    assert "--api-versions resource.k8s.io/v1/DeviceClass --kube-version 1.34.2" in message
+
+
+# 2. The controller's readiness reflects its caches.
+def test_controller_container_has_a_readiness_probe_on_readyz() -> None:
+    deployment = one(render_recipe(DOCS_PREINSTALLED), "Deployment", "operator")
+    (controller,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "controller"]
+    assert controller["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
