@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from sandbox import kubeconfig, pki
+from sandbox.apiserver import rbac
 from sandbox.apiserver.auth import Authenticator
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.faults import Faults
@@ -72,6 +73,10 @@ class Sandbox:
         self.registry = Registry()
         self.core = ApiCore(self.store, self.registry)
         self.core.authn = Authenticator(self.store, self.token)
+        self.core.authz = rbac.Authorizer(self.store)
+        rbac.register_types(self.registry)
+        rbac.EscalationGuard(self.core.authz).install(self.core)
+        self.rbac_aggregator = rbac.Aggregator(self.core)
         self.faults = Faults()
         self._own_state_dir = state_dir is None
         self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpucluster-sandbox-"))
@@ -118,6 +123,9 @@ class Sandbox:
             if self.store.get(namespaces.key, "", name) is None:
                 ctx = Context(field_manager="kube-apiserver")
                 await self.core.create(namespaces, "", {"metadata": {"name": name}}, ctx)
+        await rbac.seed(self.core)
+        await self.rbac_aggregator.sync()
+        self.rbac_aggregator.start()
         if self.gc is not None:
             self.gc.start()
         if self.sim is not None:
@@ -135,6 +143,7 @@ class Sandbox:
             await self.sim.stop()
         if self.webhooks is not None:
             await self.webhooks.close()
+        await self.rbac_aggregator.stop()
         if self.gc is not None:
             await self.gc.stop()
         if self._runner is not None:

@@ -27,6 +27,7 @@ from sandbox.apiserver.store import Store, Watcher, rv_of
 
 if TYPE_CHECKING:
     from sandbox.apiserver.auth import Authenticator
+    from sandbox.apiserver.rbac import Authorizer
 
 Obj = dict[str, Any]
 ObjList = list[Obj]
@@ -141,6 +142,7 @@ class ApiCore:
         self.default_propagation = "Background"
         # Set by Sandbox: bearer tokens -> identities; mints ServiceAccount tokens (sandbox.apiserver.auth).
         self.authn: Authenticator | None = None
+        self.authz: Authorizer | None = None  # RBAC (sandbox.apiserver.rbac); None: no authorization
 
     def now(self) -> str:
         return now_rfc3339(self.clock)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sandbox.apiserver import discovery, errors, protobuf, tables
+from sandbox.apiserver import auth, discovery, errors, protobuf, rbac, tables
 from sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.faults import Faults
@@ -31,6 +31,7 @@ log = logging.getLogger("sandbox.apiserver")
 
 TABLE_MEDIA = "application/json;as=Table;v=v1;g=meta.k8s.io"
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz"}
+USER = web.RequestKey("sandbox.user", auth.UserInfo)  # who sent the request
 
 
 @dataclass
@@ -169,12 +170,11 @@ class ApiHandlers:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self.requests += 1
-        if request.path not in PUBLIC_PATHS:
-            auth = request.headers.get("Authorization", "")
-            token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-            if not token or not hmac.compare_digest(token.encode(), self.options.token.encode()):
-                return error_response(request, errors.unauthorized())
         try:
+            if request.path not in PUBLIC_PATHS:
+                answer = await self._access(request)
+                if answer is not None:
+                    return answer
             return await handler(request)
         except ApiError as err:
             return error_response(request, err)
@@ -183,6 +183,30 @@ class ApiHandlers:
         except Exception as exc:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             return error_response(request, errors.internal(str(exc)))
+
+    async def _access(self, request: web.Request) -> web.StreamResponse | None:
+        """Authentication (401), RBAC for everyone but system:masters (403), and the answers of the
+        TokenRequest/review APIs; the identity goes to ``request[USER]`` for ``_context``."""
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        authn, authz = self.core.authn, self.core.authz
+        if authn is None:  # a bare ApiCore: the configured token is the only identity
+            if not token or not hmac.compare_digest(token.encode(), self.options.token.encode()):
+                raise errors.unauthorized()
+            return None
+        user = authn.authenticate(token)
+        if user is None:
+            raise errors.unauthorized()
+        request[USER] = user
+        if user.privileged and not rbac.may_be_review(request.path):
+            return None  # the admin path: nothing more to decide
+        info = rbac.request_info(request.method, request.path, request.query)
+        if authz is not None and not user.privileged:
+            authz.check(user, info)
+        if authz is not None and rbac.is_review(info):
+            body = _decode_body(await request.read(), request.content_type)
+            return respond(request, rbac.review(authn, authz, user, info, body), 201)
+        return None
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
@@ -268,6 +292,7 @@ class ApiHandlers:
             dry_run=bool(dry),
             field_manager=q.get("fieldManager", ""),
             user_agent=request.headers.get("User-Agent", ""),
+            user=request[USER].to_obj() if USER in request else auth.ADMIN.to_obj(),
             field_validation=validation,
         )
 
