@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run crds clean
+.PHONY: install test lint typecheck unit bench run try-chart crds clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -38,6 +38,12 @@ bench:
 
 run:
 	$(BIN)/gpucluster run
+
+# Install the chart with real Helm into a fresh sandbox (operator pods as processes, RBAC enforced)
+# and keep it running: RECIPE=pre-installed|operator-managed.
+RECIPE ?= pre-installed
+try-chart:
+	$(BIN)/python -m tests.e2e.chart_install --recipe $(RECIPE) --kubeconfig-out sandbox.kubeconfig
 
 # Regenerate the CRD manifests from the API models (a test fails when they are stale).
 crds:
