@@ -242,7 +242,8 @@ async def test_serving_continues_across_a_ca_rotation_under_loopback_load(tmp_pa
     state = rotation.plan(None, now=T0, service="localhost", namespace=NS, policy=FAST).secret
     assert state is not None
     files.write_atomically(tmp_path, rotator.serving_files(state))
-    tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
+    simulated = [T0]  # the replica judges certificate dates at simulated time too
+    tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", clock=lambda: simulated[0])
     assert tls.reload_if_changed()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -274,6 +275,7 @@ async def test_serving_continues_across_a_ca_rotation_under_loopback_load(tmp_pa
     try:
         for n in range(50):  # 50 passes of 12 simulated hours: renewals and a CA rotation
             now = T0 + n * dt.timedelta(hours=12)
+            simulated[0] = now
             if n % 2:  # the replica picks files up every other pass (Secret sync + poll lag)
                 tls.reload_if_changed()
             # The replica reports what it serves; the API server trusts what was injected.

@@ -14,9 +14,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
-from gpucluster.dra.allocator import explain
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
-from gpucluster.dra.model import AllocatorInputError
+from gpucluster.dra.worker import shared_worker
 from webhook.review import AdmissionRequest, Verdict, short_warning
 from webhook.settings import Settings
 
@@ -101,13 +100,15 @@ def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[
 
 
 def _why_not(claim: Mapping[str, Any], cluster: ClusterState) -> str | None:
-    """One line on why no node can ever satisfy the claim, or None when some node can."""
+    """A warning when no node can ever satisfy the claim (or the check was cut short), else None.
+
+    The allocator runs in a worker process with a deadline (:mod:`gpucluster.dra.worker`).
+    """
     objects = [*cluster.list("ResourceSlice"), *cluster.list("DeviceClass"), *cluster.list("Node")]
-    try:
-        result = explain([dict(claim)], objects)
-    except AllocatorInputError as exc:
-        return str(exc)
-    return result.one_line() or None
+    result = shared_worker().check([dict(claim)], objects)
+    if result.incomplete:
+        return result.incomplete
+    return f"unsatisfiable: {result.reason}" if result.reason else None
 
 
 def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
@@ -154,5 +155,5 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
         elif not admin:
             why = _why_not({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": request.name or "claim", "namespace": namespace}, "spec": spec}, cluster)  # fmt: skip
             if why:
-                warnings.append(short_warning(f"unsatisfiable: {why}"))
+                warnings.append(short_warning(why))
     return Verdict.allow(*warnings)
