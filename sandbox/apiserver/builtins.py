@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+from gpucluster.dra.quantity import Quantity, QuantityError
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
@@ -341,10 +342,88 @@ def _selector_matches(selector: Obj | None, labels: Obj) -> bool:
     return True
 
 
+QUANTITY_REGEXP = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+class DecodeError(ValueError):
+    """The body cannot be decoded into the Go type at all (kube-apiserver answers 400, not 422)."""
+
+
+def _native(resource: str) -> bool:
+    """Native resources (cpu, memory, kubernetes.io/...) may be overcommitted; extended ones may not."""
+    return "/" not in resource or resource.startswith("kubernetes.io/") or ".kubernetes.io/" in resource
+
+
+def _quantity(value: Any) -> Quantity:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise DecodeError(f"quantities must match the regular expression '{QUANTITY_REGEXP}'")
+    try:
+        return Quantity.parse(value if isinstance(value, str) else json.dumps(value))
+    except QuantityError:
+        raise DecodeError(f"quantities must match the regular expression '{QUANTITY_REGEXP}'") from None
+
+
+def _resources_causes(resources: Any, path: str) -> list[Cause]:
+    """ValidateResourceRequirements: non-negative (integer for extended) quantities, requests <= limits."""
+    if not isinstance(resources, dict):
+        return []
+    causes: list[Cause] = []
+    parsed: dict[str, dict[str, Quantity]] = {}
+    for part in ("limits", "requests"):
+        items = resources.get(part)
+        parsed[part] = {}
+        for name, raw in items.items() if isinstance(items, dict) else []:
+            q = _quantity(raw)
+            parsed[part][name] = q
+            where = f"{path}.{part}[{name}]"
+            if q.sign() < 0:
+                causes.append(("FieldValueInvalid", where, f'Invalid value: "{q}": must be greater than or equal to 0'))
+            elif not _native(name) and q.value.denominator != 1:
+                causes.append(("FieldValueInvalid", where, f'Invalid value: "{q}": must be an integer'))
+    for name, q in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if limit is None:
+            if not _native(name):
+                causes.append(
+                    (
+                        "FieldValueRequired",
+                        f"{path}.limits",
+                        "Required value: Limit must be set for non overcommitable resources",
+                    )
+                )
+        elif not _native(name) and q != limit:
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    f"{path}.requests",
+                    f'Invalid value: "{q}": must be equal to {name} limit of {limit}',
+                )
+            )
+        elif q > limit:
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    f"{path}.requests",
+                    f'Invalid value: "{q}": must be less than or equal to {name} limit of {limit}',
+                )
+            )
+    return causes
+
+
 def _pod_spec_causes(spec: Any, path: str) -> list[Cause]:
     if not isinstance(spec, dict):
         return [("FieldValueRequired", path, "Required value")]
     causes: list[Cause] = []
+    if "overhead" in spec:
+        for name, raw in (spec["overhead"] or {}).items():
+            if _quantity(raw).sign() < 0:
+                causes.append(
+                    (
+                        "FieldValueInvalid",
+                        f"{path}.overhead[{name}]",
+                        f'Invalid value: "{_quantity(raw)}": must be greater than or equal to 0',
+                    )
+                )
     containers = spec.get("containers")
     if not containers:
         causes.append(("FieldValueRequired", f"{path}.containers", "Required value"))
@@ -363,6 +442,8 @@ def _pod_spec_causes(spec: Any, path: str) -> list[Cause]:
                     causes.append(("FieldValueInvalid", f"{where}.name", f'Invalid value: "{name}": {_LABEL_MSG}'))
             if isinstance(c, dict) and not c.get("image"):
                 causes.append(("FieldValueRequired", f"{where}.image", "Required value"))
+            if isinstance(c, dict):
+                causes += _resources_causes(c.get("resources"), f"{where}.resources")
     return causes
 
 
@@ -595,7 +676,20 @@ def _pdb_causes(obj: Obj) -> list[Cause]:
 
 
 def causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj: Obj | None) -> list[Cause]:
-    """Validation errors of a built-in object (create when ``old`` is None, else update)."""
+    """Validation errors of a built-in object (create when ``old`` is None, else update).
+
+    A value the Go type cannot even hold (an unparsable quantity) is a 400 decoding error instead.
+    """
+    try:
+        return _causes_for(group, plural, obj, old, namespace_obj)
+    except DecodeError as err:
+        from sandbox.apiserver import errors
+
+        kind, version = str(obj.get("kind", "")), str(obj.get("apiVersion", "")).rpartition("/")[2]
+        raise errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {err}') from None
+
+
+def _causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj: Obj | None) -> list[Cause]:
     key = (group, plural)
     if key == ("batch", "jobs"):
         return _job_causes(obj, old)

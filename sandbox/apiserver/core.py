@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver import apply as ssa
-from sandbox.apiserver import builtins, crds, errors
+from sandbox.apiserver import builtins, crds, errors, schemas
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
 from sandbox.apiserver.resources import Registry, ResourceType
@@ -433,6 +433,10 @@ class ApiCore:
                     ctx.warnings.extend(f'unknown field "{p}"' for p in dropped)
                 obj = crds.default(pruned, rt.schema)
             return obj
+        # Built-ins decode into Go types: undeclared fields are dropped (400 under Strict).
+        schemas.check_unknown_fields(
+            rt.group, rt.version, rt.kind, obj, ctx.field_validation if ctx else "Ignore", ctx.warnings if ctx else None
+        )
         if rt.key == CRDS:
             crds.crd_defaults(obj)
             return obj

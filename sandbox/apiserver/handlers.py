@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sandbox.apiserver import auth, discovery, errors, protobuf, rbac, tables
+from sandbox.apiserver import auth, discovery, errors, openapi, openapi_proto, protobuf, rbac, schemas, tables
 from sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.faults import Faults
@@ -60,7 +60,9 @@ def respond(request: web.Request, body: Any, status: int = 200, *, warnings: lis
     headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
     resp = web.Response(body=_json_bytes(body, _is_pretty(request)), status=status, headers=headers)
     for w in warnings or []:
-        resp.headers.add("Warning", f'299 - "{w}"')
+        # RFC 7234 quoted-string, as kube-apiserver writes it; client-go drops malformed warnings.
+        text = w.replace("\\", "\\\\").replace('"', '\\"')
+        resp.headers.add("Warning", f'299 - "{text}"')
     return resp
 
 
@@ -113,6 +115,35 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
         raise errors.bad_request(f"error decoding request body: {exc}") from None
 
 
+def _openapi_media(request: web.Request, protobuf_types: tuple[str, ...]) -> str:
+    """ "protobuf" or "json" for an OpenAPI document, in the client's order of preference; else 406."""
+    accept = request.headers.get("Accept", "") or "*/*"
+    for part in accept.split(","):
+        media = part.split(";", 1)[0].strip()
+        if media in protobuf_types:
+            return "protobuf"
+        if media in ("application/json", "*/*", "application/*"):
+            return "json"
+    raise errors.not_acceptable(accept)
+
+
+def _openapi_response(request: web.Request, etag: str, body: bytes, media: str) -> web.Response:
+    quoted = f'"{etag}"'
+    # kube-apiserver labels the protobuf document application/octet-stream (Go's mime parser rejects the '@').
+    headers = {
+        "Content-Type": "application/octet-stream" if "protobuf" in media else media,
+        "Etag": quoted,
+        "Vary": "Accept",
+        "Cache-Control": "no-cache, private",
+    }
+    if request.headers.get("If-None-Match") == quoted:
+        return web.Response(status=304, headers=headers)
+    resp = web.Response(body=body, headers=headers)
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        resp.enable_compression()
+    return resp
+
+
 @dataclass
 class Target:
     group: str
@@ -154,7 +185,7 @@ class ApiHandlers:
         self.core = core
         self.faults = faults
         self.options = options
-        self.openapi = discovery.OpenAPI(core.registry, options.git_version)
+        self.openapi = openapi.OpenAPI(core.registry, options.git_version)
         self.requests = 0
         self._streams: set[web.StreamResponse] = set()
 
@@ -220,13 +251,20 @@ class ApiHandlers:
             return respond(request, discovery.api_versions(self.options.server_address))
         if path == "/apis":
             return respond(request, discovery.group_list(self.core.registry))
+        if path == "/openapi/v2":
+            protobuf_wanted = _openapi_media(request, openapi_proto.MEDIA_TYPES) == "protobuf"
+            etag, body = self.openapi.v2(protobuf_wanted)
+            media = openapi_proto.MEDIA_TYPES[0] if protobuf_wanted else "application/json"
+            return _openapi_response(request, etag, body, media)
         if path == "/openapi/v3":
+            _openapi_media(request, ())
             return respond(request, self.openapi.root())
         if path.startswith("/openapi/v3/"):
+            _openapi_media(request, ())
             doc = self.openapi.document(path[len("/openapi/v3/") :])
             if doc is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-            return web.Response(body=doc[1], headers={"Content-Type": "application/json", "Etag": f'"{doc[0]}"'})
+            return _openapi_response(request, doc[0], doc[1], "application/json")
         if path.startswith("/sandbox/"):
             return await self.admin(request, path)
         parts = [p for p in path.split("/") if p]
@@ -349,13 +387,19 @@ class ApiHandlers:
             obj = self.core.get(rt, namespace or "", target.name)
             return await self._render_one(request, rt, obj)
         if verb == "create":
-            body = _decode_body(await request.read(), request.content_type)
+            raw = await request.read()
+            if "json" in request.content_type:
+                schemas.check_duplicate_fields(rt.kind, rt.version, raw, ctx.field_validation, ctx.warnings)
+            body = _decode_body(raw, request.content_type)
             if body is None:
                 raise errors.bad_request("the body of the request was empty")
             obj = await self.core.create(rt, namespace or "", body, ctx)
             return respond(request, obj, 201, warnings=ctx.warnings)
         if verb == "update":
-            body = _decode_body(await request.read(), request.content_type)
+            raw = await request.read()
+            if "json" in request.content_type:
+                schemas.check_duplicate_fields(rt.kind, rt.version, raw, ctx.field_validation, ctx.warnings)
+            body = _decode_body(raw, request.content_type)
             if body is None:
                 raise errors.bad_request("the body of the request was empty")
             obj = await self.core.update(rt, namespace or "", target.name, body, ctx, subresource=target.subresource)

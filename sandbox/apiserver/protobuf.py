@@ -1,8 +1,10 @@
 """Just enough of Kubernetes' protobuf encoding to read what kubectl's generators send.
 
 ``kubectl create configmap|secret|namespace|serviceaccount`` post protobuf bodies
-(``application/vnd.kubernetes.protobuf``) through the typed client. This decodes the ``k8s\\x00``
-envelope (runtime.Unknown) and those few kinds into JSON-shaped dicts; anything else is a 415.
+(``application/vnd.kubernetes.protobuf``) through the typed client, and Helm deletes (its
+release Secrets, hook objects) with a protobuf ``DeleteOptions``. This decodes the ``k8s\\x00``
+envelope (runtime.Unknown) and those few kinds into JSON-shaped dicts; any other kind is a 415
+(kube-apiserver decodes protobuf for every built-in kind, never for custom resources).
 Responses are always JSON (clients send ``Accept: application/vnd.kubernetes.protobuf,application/json``).
 """
 
@@ -79,8 +81,22 @@ SCHEMAS: dict[str, dict[int, tuple[str, str]]] = {
         4: ("automountServiceAccountToken", "bool"),
     },
     "Time": {1: ("seconds", "int64"), 2: ("nanos", "int64")},
+    # meta/v1 options bodies: pointer fields ("?" types) keep their zero values (gracePeriodSeconds: 0
+    # means "now"), as Go's generated unmarshaller sets the pointer whenever the field is on the wire.
+    "DeleteOptions": {
+        1: ("gracePeriodSeconds", "?int64"),
+        2: ("preconditions", "Preconditions"),
+        3: ("orphanDependents", "?bool"),
+        4: ("propagationPolicy", "string"),
+        5: ("dryRun", "strings"),
+        6: ("ignoreStoreReadErrorWithClusterBreakingPotential", "?bool"),
+    },
+    "Preconditions": {1: ("uid", "string"), 2: ("resourceVersion", "string")},
 }
 KINDS = {("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Namespace"), ("v1", "ServiceAccount")}
+# Option kinds are registered in every group-version (and as meta.k8s.io/v1): the envelope names
+# whichever the client's REST client uses.
+OPTION_KINDS = {"DeleteOptions"}
 
 
 def _unsupported(why: str) -> ApiError:
@@ -139,16 +155,20 @@ def _map_entry(raw: bytes) -> tuple[str, bytes]:
 def _message(raw: bytes, schema: str) -> Obj:
     fields = SCHEMAS[schema]
     out: Obj = {}
+    keep: set[str] = set()
     for number, _, value in _fields(raw):
         if number not in fields:
             continue
         name, kind = fields[number]
+        if kind.startswith("?"):
+            kind = kind[1:]
+            keep.add(name)
         if kind == "string":
             out[name] = bytes(value).decode()
         elif kind == "raw":
             out[name] = bytes(value)
         elif kind == "int64":
-            out[name] = int(value)
+            out[name] = int(value) - (1 << 64) if int(value) >= 1 << 63 else int(value)
         elif kind == "bool":
             out[name] = bool(value)
         elif kind == "time":
@@ -168,7 +188,9 @@ def _message(raw: bytes, schema: str) -> Obj:
             out[name] = _message(bytes(value), kind)
     # Go writes zero values of non-pointer fields; JSON omits them (omitempty)
     return {
-        k: v for k, v in out.items() if v not in ("", 0, False, "1970-01-01T00:00:00Z") or isinstance(v, dict | list)
+        k: v
+        for k, v in out.items()
+        if k in keep or v not in ("", 0, False, "1970-01-01T00:00:00Z") or isinstance(v, dict | list)
     }
 
 
@@ -179,7 +201,7 @@ def decode(body: bytes) -> Obj:
     unknown = _message(body[len(MAGIC) :], "Unknown")
     type_meta = unknown.get("typeMeta") or {}
     api_version, kind = type_meta.get("apiVersion", ""), type_meta.get("kind", "")
-    if (api_version, kind) not in KINDS:
+    if (api_version, kind) not in KINDS and kind not in OPTION_KINDS:
         raise _unsupported(f"got {api_version} {kind}")
     obj = _message(unknown.get("raw", b""), kind)
     return {"apiVersion": api_version, "kind": kind, **obj}
