@@ -640,17 +640,22 @@ class Aggregator:
         rt = self.core.registry.get(GROUP, "v1", "clusterroles")
         if rt is None:
             return
-        roles = list(self.core.store.iter(CLUSTER_ROLES))
-        for role in roles:
-            if not role.get("aggregationRule"):
-                continue
-            rules = aggregated_rules(role, roles)
-            if rules == (role.get("rules") or []):
-                continue
-            body = {**role, "rules": rules}
-            with contextlib.suppress(ApiError):
-                ctx = Context(field_manager="clusterrole-aggregation-controller")
-                await self.core.update(rt, "", role["metadata"]["name"], body, ctx)
+        # aggregated roles may feed each other (view -> edit -> admin): repeat until nothing changes
+        for _ in range(5):
+            changed = False
+            for role in list(self.core.store.iter(CLUSTER_ROLES)):
+                if not role.get("aggregationRule"):
+                    continue
+                rules = aggregated_rules(role, self.core.store.iter(CLUSTER_ROLES))
+                if rules == (role.get("rules") or []):
+                    continue
+                body = {**role, "rules": rules}
+                with contextlib.suppress(ApiError):
+                    ctx = Context(field_manager="clusterrole-aggregation-controller")
+                    await self.core.update(rt, "", role["metadata"]["name"], body, ctx)
+                    changed = True
+            if not changed:
+                return
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
