@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class WebhookMetrics:
@@ -29,6 +29,20 @@ class WebhookMetrics:
             "gpucluster_webhook_rejected_requests",
             "HTTP requests refused before review (bad body, content type, size).",
             ["path", "code"],
+            registry=self.registry,
+        )
+        self.closed = Counter(
+            "gpucluster_webhook_connections_closed",
+            "Connections the server ended early: header-timeout, body-timeout, refused (over the cap), client-gone.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections = Gauge(
+            "gpucluster_webhook_open_connections", "Open client connections.", registry=self.registry
+        )
+        self.certificate_expiry = Gauge(
+            "gpucluster_webhook_certificate_expiry_seconds",
+            "Seconds until the serving certificate's notAfter (negative once expired).",
             registry=self.registry,
         )
 

@@ -3,26 +3,45 @@
 Routes: ``POST /validate`` and ``POST /mutate`` (every resource we handle, dispatched on the
 review's kind), ``GET /healthz``, ``GET /readyz`` (TLS loaded and the cluster view synced) and
 ``GET /metrics``. Bodies must be ``application/json`` and at most :data:`MAX_BODY_BYTES`.
+
+Hostile or broken clients are bounded like kube-apiserver's and controller-runtime's Go servers
+(:class:`ServerLimits`): a connection must deliver a complete request header within the read-header
+timeout (32 s) of connecting or of sending the first byte of its next request, a request body within
+the body timeout, and an idle keep-alive connection is closed after the idle timeout (90 s). The TLS
+handshake gets the read-header timeout too. Past ``max_connections`` open connections, new ones are
+*refused*, not queued: answered ``503`` with ``Retry-After: 1`` and closed (the API server then
+applies the hook's failure policy at once instead of waiting out its timeout in a queue). A client
+that disconnects mid-request costs one DEBUG line; malformed HTTP one DEBUG line too.
+
+Claim reviews run in a thread, because their rule waits for the allocator's worker process
+(:mod:`gpucluster.dra.worker`); every other review is answered on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpucluster.clusterstate import ClusterState
-from webhook.admission import Admission, Path, admit
+from gpucluster.dra.worker import shared_worker
+from webhook.admission import Admission, Path, admit_request
 from webhook.metrics import WebhookMetrics
-from webhook.review import ReviewDecodeError, build_response, short_warning
+from webhook.review import ReviewDecodeError, build_response, decode_review, short_warning
 from webhook.settings import Settings
 from webhook.tls import ReloadingTLS
 
@@ -32,6 +51,21 @@ log = logging.getLogger("gpucluster.webhook")
 # 1.5 MiB, so 6 MiB leaves room for both plus JSON overhead.
 MAX_BODY_BYTES = 6 * 1024 * 1024
 
+# Reviews whose rule may wait for the allocator worker: answered in a thread, off the event loop.
+OFFLOADED = frozenset({("resource.k8s.io", "ResourceClaim"), ("resource.k8s.io", "ResourceClaimTemplate")})
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Connection limits (flags of ``gpucluster webhook``); defaults are kube-apiserver's where it has one."""
+
+    read_header_timeout: float = 32.0  # also the TLS handshake's
+    read_body_timeout: float = 30.0  # the longest timeoutSeconds a webhook can have: a later body is useless
+    idle_timeout: float = 90.0
+    max_connections: int = 1000
+    review_threads: int = 4  # claim reviews answered at once (they queue for the allocator worker)
+
+
 # Creates the objects a rule asks for (ResourceClaimTemplates) before the request is allowed.
 Creator = Callable[[list[dict[str, Any]]], Awaitable[None]]
 
@@ -40,6 +74,8 @@ SETTINGS_KEY: web.AppKey[Settings] = web.AppKey("settings", Settings)
 METRICS_KEY: web.AppKey[WebhookMetrics] = web.AppKey("metrics", WebhookMetrics)
 TLS_KEY: web.AppKey[ReloadingTLS | None] = web.AppKey("tls")
 CREATOR_KEY: web.AppKey[Creator | None] = web.AppKey("creator")
+LIMITS_KEY: web.AppKey[ServerLimits] = web.AppKey("limits", ServerLimits)
+THREADS_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("threads", ThreadPoolExecutor)
 
 
 class InFlight:
@@ -103,15 +139,31 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
             metrics.rejected.labels(path, "415").inc()
             return web.Response(status=415, text="Content-Type must be application/json\n")
         try:
-            body = await request.read()
+            async with asyncio.timeout(app[LIMITS_KEY].read_body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             metrics.rejected.labels(path, "413").inc()
             return web.Response(status=413, text=f"body larger than {MAX_BODY_BYTES} bytes\n")
+        except TimeoutError:
+            metrics.closed.labels("body-timeout").inc()
+            log.debug("connection closed: body not received in time path=%s peer=%s", path, request.remote)
+            return await _answer_and_close(request, 408, "request body not received in time\n")
+        except (ConnectionError, RequestPayloadError, HttpProcessingError) as exc:
+            metrics.closed.labels("client-gone").inc()
+            log.debug("client went away mid-request path=%s peer=%s error=%s", path, request.remote, exc)
+            return web.Response(status=400)  # nobody is left to read it
         try:
-            admission = admit(body, path=path, cluster=app[CLUSTER_KEY], settings=app[SETTINGS_KEY])
+            review = decode_review(body)
         except ReviewDecodeError as exc:
             metrics.rejected.labels(path, "400").inc()
             return web.Response(status=400, text=f"cannot decode AdmissionReview: {exc}\n")
+        answer = functools.partial(
+            admit_request, review, path=path, cluster=app[CLUSTER_KEY], settings=app[SETTINGS_KEY]
+        )
+        if (review.group, review.kind) in OFFLOADED:
+            admission = await asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], answer)
+        else:
+            admission = answer()
         admission = await _create_before_allowing(admission, app[CREATOR_KEY])
         elapsed = time.perf_counter() - started
         outcome = admission.verdict.outcome or ("allowed" if admission.verdict.allowed else "denied")
@@ -127,6 +179,17 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
     return handle
 
 
+async def _answer_and_close(request: web.Request, status: int, text: str) -> web.StreamResponse:
+    """Send a short answer and drop the connection (no lingering read of a body that is not coming)."""
+    response = web.Response(status=status, text=text)
+    response.force_close()
+    with contextlib.suppress(ConnectionError):
+        await response.prepare(request)
+        await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
@@ -136,8 +199,9 @@ async def _readyz(request: web.Request) -> web.Response:
     problems = []
     if request.app[INFLIGHT_KEY].draining:
         problems.append("shutting down")
-    if tls is not None and not tls.loaded:
-        problems.append("tls material not loaded")
+    problem = tls.problem() if tls is not None else None
+    if problem:
+        problems.append(problem)
     if not request.app[CLUSTER_KEY].synced():
         problems.append("cluster view not synced")
     if problems:
@@ -156,8 +220,10 @@ def build_app(
     *,
     tls: ReloadingTLS | None = None,
     creator: Creator | None = None,
+    limits: ServerLimits | None = None,
 ) -> web.Application:
-    """The aiohttp application (TLS is applied by the site that serves it)."""
+    """The aiohttp application (TLS and the connection limits are applied by :func:`serve`)."""
+    limits = limits or ServerLimits()
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[CLUSTER_KEY] = cluster
     app[SETTINGS_KEY] = settings
@@ -165,6 +231,16 @@ def build_app(
     app[TLS_KEY] = tls
     app[CREATOR_KEY] = creator
     app[INFLIGHT_KEY] = InFlight()
+    app[LIMITS_KEY] = limits
+    threads = ThreadPoolExecutor(max_workers=limits.review_threads, thread_name_prefix="webhook-review")
+    app[THREADS_KEY] = threads
+
+    async def stop_threads(_: web.Application) -> None:
+        threads.shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(stop_threads)
+    if tls is not None:
+        app[METRICS_KEY].certificate_expiry.set_function(tls.seconds_to_expiry)
     app.router.add_post("/validate", _handler("validate"))
     app.router.add_post("/mutate", _handler("mutate"))
     app.router.add_get("/healthz", _healthz)
@@ -173,11 +249,157 @@ def build_app(
     return app
 
 
+BIND_ADDRESS_ENV = "GPUCLUSTER_BIND_ADDRESS"
+
+
+def default_host() -> str:
+    """$GPUCLUSTER_BIND_ADDRESS (the pod IP the sandbox's process kubelet gives a pod), else 0.0.0.0."""
+    return os.environ.get(BIND_ADDRESS_ENV) or "0.0.0.0"
+
+
+_REFUSED_TEXT = b"too many connections to this webhook replica\n"
+_REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(_REFUSED_TEXT)).encode() + b"\r\n\r\n" + _REFUSED_TEXT
+)
+
+
+class _Gate:
+    """Counts open connections (event-loop thread only)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def enter(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+class _Connection(RequestHandler):
+    """aiohttp's HTTP/1.1 connection plus a read-header deadline, the connection cap and quiet client errors.
+
+    The deadline starts when the connection is made (after the handshake) and again with the first
+    byte of each later request, like Go's ``ReadHeaderTimeout``; it ends when a request head has
+    been parsed. aiohttp's own keep-alive timer (``idle_timeout``) closes connections idle between
+    requests.
+    """
+
+    def __init__(
+        self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, limits: ServerLimits, gate: _Gate,
+        metrics: WebhookMetrics,
+    ) -> None:  # fmt: skip
+        super().__init__(manager, loop=loop, keepalive_timeout=limits.idle_timeout, access_log=None)  # type: ignore[arg-type]
+        self._limits = limits
+        self._gate = gate
+        self._webhook_metrics = metrics
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._gate.enter():
+            self._webhook_metrics.closed.labels("refused").inc()
+            log.debug("connection refused: %d connections open", self._gate.open)
+            assert isinstance(transport, asyncio.WriteTransport)
+            transport.write(_REFUSED)
+            transport.close()
+            return
+        self._admitted = True
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._admitted:
+            return
+        self._admitted = False
+        self._gate.leave()
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._admitted:
+            return
+        waiting = self._waiter
+        idle = self._header_timer is None and waiting is not None and not waiting.done()
+        super().data_received(data)
+        if self._messages:
+            self._disarm_header_timer()  # a whole request head arrived
+        elif idle:
+            self._arm_header_timer()  # the first bytes of the next request on a kept-alive connection
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self._loop.call_later(self._limits.read_header_timeout, self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._messages or self.transport is None:
+            return
+        self._webhook_metrics.closed.labels("header-timeout").inc()
+        log.debug("connection closed: no complete request header in %gs", self._limits.read_header_timeout)
+        self.force_close()
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """aiohttp logs malformed requests and vanished clients with a traceback: one DEBUG line instead."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, HttpProcessingError | ConnectionError):
+            log.debug("bad request or client gone error=%s", exc)
+            return
+        super().log_exception(*args, **kw)
+
+
+class _Site(web.BaseSite):
+    """A TLS listener whose connections are :class:`_Connection` (aiohttp's TCPSite has no hooks for that)."""
+
+    def __init__(
+        self, runner: web.AppRunner, host: str, port: int, *, ssl_context: Any, limits: ServerLimits,
+        metrics: WebhookMetrics,
+    ) -> None:  # fmt: skip
+        super().__init__(runner, ssl_context=ssl_context, backlog=512)
+        self._host, self._port, self._limits, self._webhook_metrics = host, port, limits, metrics
+        self.gate = _Gate(limits.max_connections)
+        metrics.connections.set_function(lambda: self.gate.open)
+
+    @property
+    def name(self) -> str:
+        return f"https://{self._host}:{self._port}"
+
+    @property
+    def bound_port(self) -> int:
+        if self._server is not None and self._server.sockets:  # type: ignore[attr-defined]
+            return int(self._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        return self._port
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        manager = self._runner.server
+        assert manager is not None
+
+        def connection() -> _Connection:
+            return _Connection(manager, loop=loop, limits=self._limits, gate=self.gate, metrics=self._webhook_metrics)
+
+        self._server = await loop.create_server(
+            connection, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True,
+            ssl_handshake_timeout=self._limits.read_header_timeout, ssl_shutdown_timeout=5.0,
+        )  # fmt: skip
+
+
 async def serve(
     app: web.Application,
     tls: ReloadingTLS,
     *,
-    host: str = "0.0.0.0",
+    host: str | None = None,
     port: int = 9443,
     shutdown_timeout: float = 20.0,
     shutdown_delay: float = 0.0,
@@ -186,22 +408,23 @@ async def serve(
 ) -> None:
     """Serve until SIGTERM/SIGINT or ``stop``; in-flight requests finish before the process exits.
 
-    On stop, /readyz turns 503 first and the listener stays open for ``shutdown_delay`` seconds,
-    so that the Service stops routing to this replica; then the listener closes and the reviews
-    in flight get up to ``shutdown_timeout`` seconds to finish.
+    ``host`` defaults to :func:`default_host`. On stop, /readyz turns 503 first and the listener
+    stays open for ``shutdown_delay`` seconds, so that the Service stops routing to this replica;
+    then the listener closes and the reviews in flight get up to ``shutdown_timeout`` seconds.
     """
+    host = host or default_host()
     tls.reload_if_changed()
     if not tls.loaded:
         raise RuntimeError(f"cannot load TLS material from {tls.cert_file} and {tls.key_file}")
+    tls.check_live()
     runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=tls.context)
+    site = _Site(runner, host, port, ssl_context=tls.context, limits=app[LIMITS_KEY], metrics=app[METRICS_KEY])
     await site.start()
-    bound = port
-    server = getattr(site, "_server", None)
-    if server is not None and server.sockets:
-        bound = server.sockets[0].getsockname()[1]
+    bound = site.bound_port
     log.info("webhook serving host=%s port=%d", host, bound)
+    # Start the allocator worker now, not on the first claim review (off the loop: it forks).
+    warm = asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], shared_worker().start)
     if on_started is not None:
         on_started(bound)
     stop = stop or asyncio.Event()
@@ -221,4 +444,6 @@ async def serve(
         if not await inflight.wait_idle(shutdown_timeout):
             log.warning("shutdown timeout reached with %d reviews in flight", inflight.count)
         watcher.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(warm, 5)
         await runner.cleanup()
