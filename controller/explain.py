@@ -16,6 +16,7 @@ from typing import Any
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.dra.allocator import explain
 from gpucluster.dra.model import AllocatorInputError
+from gpucluster.dra.worker import AllocatorWorker, shared_worker
 
 REASON = "ClaimUnsatisfiable"
 
@@ -56,20 +57,29 @@ def pending_on_claims(pod: Mapping[str, Any]) -> bool:
     )
 
 
+Candidate = tuple[dict[str, Any], str, "tuple[str, float] | None", list[dict[str, Any]]]
+
+
 @dataclass
 class Explainer:
-    """``max_per_pass`` bounds the allocator runs of one pass; the rest wait for the next pass."""
+    """``max_per_pass`` bounds the allocator runs of one pass; the rest wait for the next pass.
+
+    :meth:`explanations_offloaded` (the controller) runs the allocator in the worker process with
+    its deadline, never on the event loop; a pass stops starting checks after ``pass_budget``
+    seconds. :meth:`explanations` runs it inline (tests, offline use).
+    """
 
     state: ClusterState
     min_interval: float = 60.0
     max_per_pass: int = 20
     clock: Callable[[], float] = time.monotonic
+    worker: AllocatorWorker | None = None
+    pass_budget: float = 10.0
     _last: dict[str, tuple[str, float]] = field(default_factory=dict)
 
-    def explanations(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
-        """(pod, unallocated claims, reason) for pods whose claims no node can satisfy now."""
-        out = []
-        cluster: list[dict[str, Any]] | None = None
+    def _candidates(self) -> tuple[list[dict[str, Any]], list[Candidate]]:
+        """The cluster to allocate against and (pod, uid, last explanation, waiting claims) to explain."""
+        out: list[Candidate] = []
         live: set[str] = set()
         budget = self.max_per_pass
         now = self.clock()
@@ -88,25 +98,55 @@ class Explainer:
             if not claims:
                 continue
             waiting = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-            if not waiting:
-                continue
-            if cluster is None:
-                cluster = [
-                    *self.state.list("ResourceSlice"),
-                    *self.state.list("DeviceClass"),
-                    *self.state.list("Node"),
-                    *(c for c in self.state.list("ResourceClaim") if (c.get("status") or {}).get("allocation")),
-                ]
-            try:
-                reason = explain(waiting, cluster).one_line()
-            except AllocatorInputError as exc:
-                reason = str(exc)
-            if not reason:
-                continue  # satisfiable: the scheduler will get to it
-            self._last[uid] = (reason, now)
-            if last is not None and last[0] == reason:
-                continue  # same reason as the event already posted
-            out.append((pod, waiting, reason))
+            if waiting:
+                out.append((pod, uid, last, waiting))
         for uid in set(self._last) - live:
             del self._last[uid]
+        if not out:
+            return [], out
+        cluster = [
+            *self.state.list("ResourceSlice"),
+            *self.state.list("DeviceClass"),
+            *self.state.list("Node"),
+            *(c for c in self.state.list("ResourceClaim") if (c.get("status") or {}).get("allocation")),
+        ]
+        return cluster, out
+
+    def _conclude(
+        self, candidate: Candidate, reason: str | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], str] | None:
+        pod, uid, last, waiting = candidate
+        if not reason:
+            return None  # satisfiable: the scheduler will get to it
+        self._last[uid] = (reason, self.clock())
+        if last is not None and last[0] == reason:
+            return None  # same reason as the event already posted
+        return pod, waiting, reason
+
+    def explanations(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
+        """(pod, unallocated claims, reason) for pods whose claims no node can satisfy now (inline)."""
+        cluster, candidates = self._candidates()
+        out = []
+        for candidate in candidates:
+            try:
+                reason = explain(candidate[3], cluster).one_line()
+            except AllocatorInputError as exc:
+                reason = str(exc)
+            if (found := self._conclude(candidate, reason)) is not None:
+                out.append(found)
+        return out
+
+    async def explanations_offloaded(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
+        """:meth:`explanations` with the allocator in the worker: a check past the deadline gives
+        "feasibility check cut short after Xs" as the reason, never a late answer."""
+        cluster, candidates = self._candidates()
+        worker = self.worker or shared_worker()
+        out = []
+        ends = time.monotonic() + self.pass_budget
+        for candidate in candidates:
+            if time.monotonic() >= ends:
+                break  # the rest are explained in a later pass
+            result = await worker.check_async(candidate[3], cluster)
+            if (found := self._conclude(candidate, result.incomplete or result.reason)) is not None:
+                out.append(found)
         return out

@@ -182,7 +182,7 @@ class Controller:
             before = self.reconciler.writes
             try:
                 requeue = await self.reconciler.reconcile()
-                for pod, claims, reason in self.explainer.explanations():
+                for pod, claims, reason in await self.explainer.explanations_offloaded():
                     for obj in (pod, *claims):
                         await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
                 self.metrics.reconciles.labels("ok").inc()

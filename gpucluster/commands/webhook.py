@@ -13,14 +13,15 @@ from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
 from gpucluster.clusterstate import ClusterState
 from gpucluster.commands import Subparsers
+from gpucluster.dra import worker
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
 from webhook.creator import kube_creator
-from webhook.server import build_app, serve
+from webhook.server import ServerLimits, build_app, default_host, serve
 from webhook.settings import TRANSLATION_MODES, Settings
-from webhook.tls import ReloadingTLS
+from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
 
 # What the rules read: the GPU management models, DeviceClasses and slices for claim checks,
 # namespaces for opt-outs and the admin-access label.
@@ -35,7 +36,11 @@ def register(subparsers: Subparsers) -> None:
         help="serve the validating and mutating admission webhook over HTTPS",
         description="Serve /validate, /mutate, /healthz, /readyz and /metrics over HTTPS (TLS 1.2+).",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default $GPUCLUSTER_BIND_ADDRESS when set, else 0.0.0.0)",
+    )
     parser.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
     certs = parser.add_mutually_exclusive_group()
     certs.add_argument("--cert-dir", metavar="DIR", help="directory with tls.crt and tls.key, reloaded on change")
@@ -54,9 +59,81 @@ def register(subparsers: Subparsers) -> None:
         default=5.0,
         help="seconds /readyz reports 503 before the listener closes on SIGTERM (default 5)",
     )
+    limits = ServerLimits()
+    server = parser.add_argument_group("connections (defaults are kube-apiserver's)")
+    server.add_argument(
+        "--read-header-timeout",
+        type=_seconds,
+        default=limits.read_header_timeout,
+        metavar="S",
+        help="close a connection whose request header (or TLS handshake) is not complete "
+        f"within S seconds (default {limits.read_header_timeout:g})",
+    )
+    server.add_argument(
+        "--read-body-timeout",
+        type=_seconds,
+        default=limits.read_body_timeout,
+        metavar="S",
+        help=f"answer 408 and close when a body takes longer (default {limits.read_body_timeout:g})",
+    )
+    server.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=limits.idle_timeout,
+        metavar="S",
+        help=f"close keep-alive connections idle this long (default {limits.idle_timeout:g})",
+    )
+    server.add_argument(
+        "--max-connections",
+        type=int,
+        default=limits.max_connections,
+        metavar="N",
+        help=f"refuse (503, closed) connections beyond N open ones (default {limits.max_connections})",
+    )
+    server.add_argument(
+        "--feasibility-deadline",
+        type=_seconds,
+        default=worker.DEFAULT_DEADLINE,
+        metavar="S",
+        help="give up the claim feasibility check after S seconds and warn that it was cut short "
+        f"(default {worker.DEFAULT_DEADLINE:g})",
+    )
+    rotation = parser.add_argument_group("serving certificate")
+    rotation.add_argument(
+        "--cert-poll-interval",
+        type=_seconds,
+        default=DEFAULT_POLL_INTERVAL,
+        metavar="S",
+        help=f"look for a new tls.crt/tls.key every S seconds (default {DEFAULT_POLL_INTERVAL:g})",
+    )
+    rotation.add_argument(
+        "--cert-expiry-margin",
+        type=_seconds,
+        default=DEFAULT_EXPIRY_MARGIN,
+        metavar="S",
+        help="log an error and fail /readyz when the serving certificate expires within S "
+        f"seconds; a new pair that does is not loaded over a good one (default {DEFAULT_EXPIRY_MARGIN:g})",
+    )
+    rotation.add_argument(
+        "--cert-dns-names",
+        metavar="NAMES",
+        default=None,
+        help="comma-separated names the certificate must cover, or '' for no check "
+        "(default <service-name>.<operator-namespace>.svc)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
 
 
 def self_signed_dir(service: str, namespace: str) -> Path:
@@ -88,7 +165,22 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --cert-dir DIR or --self-signed")
     static = ClusterState.from_objects(load_objects(args.cluster)) if args.cluster else None
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
-    tls = ReloadingTLS(cert_dir / "tls.crt", cert_dir / "tls.key")
+    if args.max_connections < 1:
+        raise InputError(f"--max-connections {args.max_connections}: must be at least 1")
+    names = (
+        [f"{args.service_name}.{args.operator_namespace}.svc"]
+        if args.cert_dns_names is None
+        else [n.strip() for n in args.cert_dns_names.split(",") if n.strip()]
+    )
+    tls = ReloadingTLS(
+        cert_dir / "tls.crt", cert_dir / "tls.key", poll_interval=args.cert_poll_interval,
+        required_names=names, expiry_margin=args.cert_expiry_margin,
+    )  # fmt: skip
+    args.limits = ServerLimits(
+        read_header_timeout=args.read_header_timeout, read_body_timeout=args.read_body_timeout,
+        idle_timeout=args.idle_timeout, max_connections=args.max_connections,
+    )  # fmt: skip
+    worker.configure(deadline=args.feasibility_deadline)
     tls.reload_if_changed()
     if not tls.loaded:
         raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
@@ -96,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     # way, so that collections triggered by per-review garbage stay cheap.
     gc.collect()
     gc.freeze()
+    args.host = args.host or default_host()
     try:
         asyncio.run(_serve(args, tls, settings, static))
     except OSError as exc:
@@ -105,14 +198,14 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings, static: ClusterState | None) -> None:
     if static is not None:
-        app = build_app(static, settings, tls=tls)
+        app = build_app(static, settings, tls=tls, limits=args.limits)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
         return
     kube = await Kube.connect(args.kubeconfig)
     cluster = ClusterState()
     reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
     try:
-        app = build_app(cluster, settings, tls=tls, creator=kube_creator(kube))
+        app = build_app(cluster, settings, tls=tls, creator=kube_creator(kube), limits=args.limits)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
     finally:
         reflectors.cancel()
