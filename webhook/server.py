@@ -150,7 +150,7 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
             return await _answer_and_close(request, 408, "request body not received in time\n")
         except (ConnectionError, RequestPayloadError, HttpProcessingError) as exc:
             metrics.closed.labels("client-gone").inc()
-            log.debug("client went away mid-request path=%s peer=%s error=%s", path, request.remote, exc)
+            log.debug("client went away mid-request path=%s peer=%s error=%r", path, request.remote, exc)
             return web.Response(status=400)  # nobody is left to read it
         try:
             review = decode_review(body)
@@ -264,6 +264,20 @@ _REFUSED = (
 )
 
 
+class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger, except that malformed requests and vanished clients, which aiohttp
+    logs with a traceback, become one DEBUG line: they are the client's problem, not ours."""
+
+    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError | ConnectionError):
+            log.debug("bad request or client gone error=%s", " ".join(str(exc_info).split()))
+            return
+        super().log(level, msg, *args, exc_info=exc_info, **kwargs)
+
+
+_SERVER_LOG = _ServerLog(logging.getLogger("aiohttp.server"))
+
+
 class _Gate:
     """Counts open connections (event-loop thread only)."""
 
@@ -294,7 +308,8 @@ class _Connection(RequestHandler):
         self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, limits: ServerLimits, gate: _Gate,
         metrics: WebhookMetrics,
     ) -> None:  # fmt: skip
-        super().__init__(manager, loop=loop, keepalive_timeout=limits.idle_timeout, access_log=None)  # type: ignore[arg-type]
+        quiet: dict[str, Any] = {"access_log": None, "logger": _SERVER_LOG}  # no access log; see _ServerLog
+        super().__init__(manager, loop=loop, keepalive_timeout=limits.idle_timeout, **quiet)
         self._limits = limits
         self._gate = gate
         self._webhook_metrics = metrics
@@ -348,14 +363,6 @@ class _Connection(RequestHandler):
         self._webhook_metrics.closed.labels("header-timeout").inc()
         log.debug("connection closed: no complete request header in %gs", self._limits.read_header_timeout)
         self.force_close()
-
-    def log_exception(self, *args: Any, **kw: Any) -> None:
-        """aiohttp logs malformed requests and vanished clients with a traceback: one DEBUG line instead."""
-        exc = kw.get("exc_info")
-        if isinstance(exc, HttpProcessingError | ConnectionError):
-            log.debug("bad request or client gone error=%s", exc)
-            return
-        super().log_exception(*args, **kw)
 
 
 class _Site(web.BaseSite):
