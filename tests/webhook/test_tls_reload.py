@@ -4,6 +4,7 @@ and what is loaded is exactly what was validated."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import ssl
@@ -52,10 +53,8 @@ def served_serial(tls: ReloadingTLS) -> int:
     srv = tls.context.wrap_bio(s_in, s_out, server_side=True)
     for _ in range(10):
         for side, out, into in ((cli, c_out, s_in), (srv, s_out, c_in)):
-            try:
+            with contextlib.suppress(ssl.SSLWantReadError):
                 side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
             into.write(out.read())
     der = cli.getpeercert(binary_form=True)
     assert der is not None
