@@ -172,7 +172,7 @@ async def test_expiry_while_serving_fails_readiness_logs_and_is_exported(
         assert all(r.levelno == logging.ERROR for r in caplog.records if r.name == "gpucluster.webhook.tls")
 
         # The rotator writes a new pair: picked up, ready again.
-        write_pair(srv.dir, new_serving_cert(srv.ca, ["localhost"], ip_addresses=["127.0.0.1"], now=clock.now))
+        write_pair(srv.dir, new_serving_cert(srv.ca, ["localhost"], ip_addresses=["127.0.0.1"], lifetime=800 * DAY))
         async with asyncio.timeout(5):
             while (await get("/readyz"))[0] != 200:
                 await asyncio.sleep(0.02)
