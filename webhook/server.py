@@ -39,9 +39,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.dra.worker import shared_worker
-from webhook.admission import Admission, Path, admit_request
+from webhook.admission import Path, admit_request
 from webhook.metrics import WebhookMetrics
-from webhook.review import ReviewDecodeError, build_response, decode_review, short_warning
+from webhook.review import ReviewDecodeError, decode_review
 from webhook.settings import Settings
 from webhook.tls import ReloadingTLS
 
@@ -66,14 +66,10 @@ class ServerLimits:
     review_threads: int = 4  # claim reviews answered at once (they queue for the allocator worker)
 
 
-# Creates the objects a rule asks for (ResourceClaimTemplates) before the request is allowed.
-Creator = Callable[[list[dict[str, Any]]], Awaitable[None]]
-
 CLUSTER_KEY: web.AppKey[ClusterState] = web.AppKey("cluster", ClusterState)
 SETTINGS_KEY: web.AppKey[Settings] = web.AppKey("settings", Settings)
 METRICS_KEY: web.AppKey[WebhookMetrics] = web.AppKey("metrics", WebhookMetrics)
 TLS_KEY: web.AppKey[ReloadingTLS | None] = web.AppKey("tls")
-CREATOR_KEY: web.AppKey[Creator | None] = web.AppKey("creator")
 LIMITS_KEY: web.AppKey[ServerLimits] = web.AppKey("limits", ServerLimits)
 THREADS_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("threads", ThreadPoolExecutor)
 
@@ -105,25 +101,6 @@ class InFlight:
 
 
 INFLIGHT_KEY: web.AppKey[InFlight] = web.AppKey("inflight", InFlight)
-
-
-async def _create_before_allowing(admission: Admission, creator: Creator | None) -> Admission:
-    """Create what the rule needs to exist before the object is admitted (never on dryRun)."""
-    creates = admission.creates
-    if not creates or admission.request.dry_run or creator is None or not admission.verdict.allowed:
-        return admission
-    try:
-        await creator(creates)
-    except Exception as exc:
-        names = ", ".join(str((o.get("metadata") or {}).get("name")) for o in creates)
-        log.error("create failed uid=%s objects=%s error=%r", admission.request.uid, names, exc)
-        verdict = admission.verdict
-        verdict.patched = None
-        verdict.patch = None
-        verdict.warnings = [short_warning(f"not translated: could not create {names}: {exc}")]
-        verdict.outcome = "error"
-        admission.response = build_response(admission.request, verdict, mutating=True)
-    return admission
 
 
 def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -164,7 +141,6 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
             admission = await asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], answer)
         else:
             admission = answer()
-        admission = await _create_before_allowing(admission, app[CREATOR_KEY])
         elapsed = time.perf_counter() - started
         outcome = admission.verdict.outcome or ("allowed" if admission.verdict.allowed else "denied")
         metrics.observe(admission.rule, admission.request.operation, outcome, path, elapsed)
@@ -219,7 +195,6 @@ def build_app(
     settings: Settings,
     *,
     tls: ReloadingTLS | None = None,
-    creator: Creator | None = None,
     limits: ServerLimits | None = None,
 ) -> web.Application:
     """The aiohttp application (TLS and the connection limits are applied by :func:`serve`)."""
@@ -229,7 +204,6 @@ def build_app(
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = WebhookMetrics()
     app[TLS_KEY] = tls
-    app[CREATOR_KEY] = creator
     app[INFLIGHT_KEY] = InFlight()
     app[LIMITS_KEY] = limits
     threads = ThreadPoolExecutor(max_workers=limits.review_threads, thread_name_prefix="webhook-review")

@@ -263,7 +263,6 @@ class Stack:
     async def _start_webhook(self) -> None:
         from gpucluster.commands.webhook import WEBHOOK_KINDS
         from gpucluster.kube.reflector import run_reflectors
-        from webhook.creator import kube_creator
         from webhook.server import build_app, serve
         from webhook.settings import Settings, TranslationMode
         from webhook.tls import ReloadingTLS
@@ -280,7 +279,7 @@ class Stack:
         mode = cast(TranslationMode, opts.translation_mode)
         settings = Settings(translation_mode=mode, operator_namespace=opts.namespace)
         self._background.append(asyncio.create_task(run_reflectors(self.kube, self.cluster, WEBHOOK_KINDS)))
-        app = build_app(self.cluster, settings, tls=tls, creator=kube_creator(self.kube))
+        app = build_app(self.cluster, settings, tls=tls)
         started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         sandboxed = self.sandbox is not None
 

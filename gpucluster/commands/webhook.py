@@ -18,7 +18,6 @@ from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
-from webhook.creator import kube_creator
 from webhook.server import ServerLimits, build_app, default_host, serve
 from webhook.settings import TRANSLATION_MODES, Settings
 from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
@@ -205,7 +204,7 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings
     cluster = ClusterState()
     reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
     try:
-        app = build_app(cluster, settings, tls=tls, creator=kube_creator(kube), limits=args.limits)
+        app = build_app(cluster, settings, tls=tls, limits=args.limits)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
     finally:
         reflectors.cancel()
