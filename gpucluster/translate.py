@@ -77,9 +77,12 @@ Reported in ``Translation.problems`` and left alone:
 * resources under ``nvidia.com/`` (``TranslationConfig.watched_prefixes``) that the mapping does
   not know, e.g. ``nvidia.com/gpu.shared``: that resource is left as it is, the container's other
   resources are translated;
-* the whole pod when one of the claim names it needs is already in ``spec.resourceClaims``, when
-  one claim would need more than 32 devices or 32 requests (the ResourceClaim limits), or when the
-  pod was already translated.
+* the whole pod when one claim would need more than 32 devices or 32 requests (the ResourceClaim
+  limits), or when the pod was already translated.
+
+A zero count (``nvidia.com/gpu: 0``) asks for nothing of that resource: it is removed with the
+container's other GPU resources, which are translated; a container asking only for zero is left
+alone. Claim names the pod already uses are skipped (``gpu-0`` taken: the first claim is ``gpu-1``).
 
 Ephemeral containers cannot have resources and are ignored.
 """
@@ -92,7 +95,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import pairwise
+from itertools import count, pairwise
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -102,13 +105,23 @@ __all__ = [
     "DEFAULT_CONFIG",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
+    "MAX_NAME_ATTEMPTS",
+    "MAX_TEMPLATES_ANNOTATION_BYTES",
+    "PROVISIONED_LABEL",
     "RESOURCE_API_VERSION",
+    "TEMPLATES_ANNOTATION",
+    "TRANSLATED_LABEL",
     "ResourceMapping",
     "Translation",
     "TranslationConfig",
     "gpu_resources",
     "mig_profile",
     "parse_quantity",
+    "template_name_candidates",
+    "template_name_matches",
+    "template_spec_problem",
+    "templates_annotation",
+    "templates_from_annotation",
     "translate_pod",
     "translate_pod_spec",
 ]
@@ -124,6 +137,7 @@ MAX_REQUESTS_PER_CLAIM = 32
 
 _DNS_LABEL_MAX = 63
 _HASH_LEN = 10
+DEFAULT_CONFIG_TEMPLATE_PREFIX = "gpucluster"
 
 
 @dataclass(frozen=True)
@@ -147,7 +161,7 @@ class TranslationConfig:
     mig_device_class: str = "mig.nvidia.com"
     annotation: str = DEFAULT_ANNOTATION
     claim_prefix: str = "gpu"
-    template_prefix: str = "gpucluster"
+    template_prefix: str = DEFAULT_CONFIG_TEMPLATE_PREFIX
     watched_prefixes: tuple[str, ...] = ("nvidia.com/",)
 
     def resolve(self, resource: str) -> ResourceMapping | None:
@@ -181,6 +195,99 @@ class Translation:
     changes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     devices: dict[str, int] = field(default_factory=dict)
+    resources: dict[str, int] = field(default_factory=dict)  # translated resource -> devices the pod gets
+
+
+# ----------------------------------------------------------------------------- pods at admission
+# The webhook creates nothing: it labels a translated pod and records the specs of the templates
+# it refers to; the controller watches pods with the label and creates the missing templates.
+TRANSLATED_LABEL = "gpucluster.nvidia.com/translated"
+TEMPLATES_ANNOTATION = "gpucluster.nvidia.com/claim-templates"
+# Templates the controller created (and may garbage-collect once no pod refers to them).
+PROVISIONED_LABEL = "gpucluster.nvidia.com/provisioned"
+# A pod's annotations are limited to 256 KiB in all; a translation never needs more than a few KiB.
+MAX_TEMPLATES_ANNOTATION_BYTES = 16 * 1024
+
+
+def templates_annotation(templates: Iterable[Mapping[str, Any]]) -> str:
+    """``{name: spec}`` of the templates, canonical JSON (the value of :data:`TEMPLATES_ANNOTATION`)."""
+    specs = {str(t["metadata"]["name"]): t["spec"] for t in templates}
+    return json.dumps(specs, sort_keys=True, separators=(",", ":"))
+
+
+def templates_from_annotation(annotations: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The ``{name: spec}`` a pod's annotation records; None when absent or not such an object."""
+    raw = annotations.get(TEMPLATES_ANNOTATION)
+    if not isinstance(raw, str) or len(raw) > MAX_TEMPLATES_ANNOTATION_BYTES:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
+        return None
+    return value
+
+
+_MIG_SELECTOR = re.compile(r'^device\.attributes\["gpu\.nvidia\.com"\]\.profile == "([a-z0-9.+-]{1,40})"$')
+_REQUEST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def template_spec_problem(spec: Any, config: TranslationConfig = DEFAULT_CONFIG) -> str | None:
+    """Why ``spec`` is not a ResourceClaimTemplate spec a translation makes (None when it is one).
+
+    The controller creates templates from what a pod's annotation says; anyone who may create a
+    pod can write that annotation, so only the shapes a translation produces are accepted: our
+    label, ExactCount requests of the mapped DeviceClasses (MIG: one profile selector), at most
+    the ResourceClaim limits.
+    """
+    if not isinstance(spec, dict) or set(spec) != {"metadata", "spec"}:
+        return "not a translated template spec (metadata and spec)"
+    if spec["metadata"] != {"labels": {MANAGED_BY_LABEL: MANAGED_BY}}:
+        return f"template metadata must be exactly the {MANAGED_BY_LABEL} label"
+    body = spec["spec"]
+    requests = body.get("devices", {}).get("requests") if isinstance(body, dict) and set(body) == {"devices"} else None
+    if not isinstance(requests, list) or not 0 < len(requests) <= MAX_REQUESTS_PER_CLAIM:
+        return f"spec.devices must hold 1 to {MAX_REQUESTS_PER_CLAIM} requests and nothing else"
+    if set(body["devices"]) != {"requests"}:
+        return "spec.devices must hold requests only"
+    plain = {m.device_class for m in config.mapping.values() if not m.selector}
+    selected = {(m.device_class, m.selector) for m in config.mapping.values() if m.selector}
+    total = 0
+    for request in requests:
+        if not isinstance(request, dict) or set(request) != {"name", "exactly"}:
+            return "a request must have exactly name and exactly"
+        exactly = request["exactly"]
+        if not isinstance(request["name"], str) or not _REQUEST_NAME.match(request["name"]):
+            return "a request name must be a DNS label"
+        if not isinstance(exactly, dict) or exactly.get("allocationMode") != "ExactCount":
+            return "requests must be ExactCount"
+        count_ = exactly.get("count")
+        if isinstance(count_, bool) or not isinstance(count_, int) or not 0 < count_ <= MAX_DEVICES_PER_CLAIM:
+            return f"a request count must be 1 to {MAX_DEVICES_PER_CLAIM}"
+        total += count_
+        device_class = exactly.get("deviceClassName")
+        selectors = exactly.get("selectors")
+        if set(exactly) - {"deviceClassName", "allocationMode", "count", "selectors"}:
+            return "requests may set deviceClassName, allocationMode, count and selectors only"
+        if selectors is None:
+            if device_class not in plain:
+                return f"DeviceClass {device_class!r} is not one a translation requests without a selector"
+            continue
+        expression = (
+            selectors[0].get("cel", {}).get("expression")
+            if isinstance(selectors, list) and len(selectors) == 1 and isinstance(selectors[0], dict)
+            and isinstance(selectors[0].get("cel"), dict) and set(selectors[0]) == {"cel"}
+            else None
+        )  # fmt: skip
+        if not isinstance(expression, str):
+            return "a request may carry one CEL selector only"
+        mig = config.mig_prefix is not None and device_class == config.mig_device_class
+        if (device_class, expression) not in selected and not (mig and _MIG_SELECTOR.match(expression)):
+            return f"selector {expression[:60]!r} of DeviceClass {device_class!r} is not one a translation makes"
+    if total > MAX_DEVICES_PER_CLAIM:
+        return f"the template asks for {total} devices (a ResourceClaim holds at most {MAX_DEVICES_PER_CLAIM})"
+    return None
 
 
 # ----------------------------------------------------------------------------- quantities
@@ -284,6 +391,29 @@ def _template_name(prefix: str, summary: str, spec: Mapping[str, Any]) -> str:
     return f"{prefix}-{short}-{digest}" if short else f"{prefix}-{digest}"
 
 
+# Another name for a template whose content-addressed name is taken by an object with another
+# spec (someone else's): the hash is salted with the attempt number, so every choice stays a
+# function of the content and anyone can check that a name belongs to a spec.
+MAX_NAME_ATTEMPTS = 8
+
+
+def _name_digest(spec: Mapping[str, Any], attempt: int) -> str:
+    return _digest(spec if attempt == 0 else {"attempt": attempt, "spec": spec})[:_HASH_LEN]
+
+
+def template_name_candidates(name: str, spec: Mapping[str, Any]) -> list[str]:
+    """``name`` (the content-addressed name of ``spec``) and its alternatives, in the order tried."""
+    stem = name[:-_HASH_LEN] if len(name) > _HASH_LEN else ""
+    return [name] + [stem + _name_digest(spec, k) for k in range(1, MAX_NAME_ATTEMPTS)]
+
+
+def template_name_matches(name: str, spec: Mapping[str, Any], prefix: str = DEFAULT_CONFIG_TEMPLATE_PREFIX) -> bool:
+    """Whether ``name`` is a name a translation gives a template with this ``spec``."""
+    if not name.startswith(prefix + "-") or len(name) > _DNS_LABEL_MAX:
+        return False
+    return any(name.endswith(_name_digest(spec, k)) for k in range(MAX_NAME_ATTEMPTS))
+
+
 # ----------------------------------------------------------------------------- analysis
 
 Kind = Literal["init", "sidecar", "regular"]
@@ -298,7 +428,8 @@ class _Container:
     index: int  # index in that field
     name: str
     counts: dict[str, int]  # translatable resource -> devices
-    originals: dict[str, str]  # translatable resource -> quantity as written
+    originals: dict[str, str]  # translatable resource -> quantity as written (zero counts included)
+    zeros: dict[str, str] = field(default_factory=dict)  # resources asked for with a zero count
 
     @property
     def label(self) -> str:
@@ -344,8 +475,6 @@ def _check(resource: str, limit: Any, request: Any) -> tuple[int | None, str | N
         return None, f"{resource} {_quantity_text(limit)} is not a whole number of devices"
     if lim < 0:
         return None, f"{resource} {_quantity_text(limit)} is negative"
-    if lim == 0:
-        return None, f"{resource} {_quantity_text(limit)} asks for no device"
     return int(lim), None
 
 
@@ -355,12 +484,13 @@ def _analyse(pod_spec: Mapping[str, Any], config: TranslationConfig) -> tuple[li
     problems: list[str] = []
     for position, (kind, fld, index, c) in enumerate(_containers(pod_spec)):
         name = str(c.get("name", f"{fld}[{index}]"))
-        label = _Container(kind, position, fld, index, name, {}, {}).label
+        label = _Container(kind, position, fld, index, name, {}, {}, {}).label
         resources = _as_dict(c.get("resources"))
         limits = _as_dict(resources.get("limits"))
         requests = _as_dict(resources.get("requests"))
         counts: dict[str, int] = {}
         originals: dict[str, str] = {}
+        zeros: dict[str, str] = {}
         invalid: list[str] = []
         for resource in sorted(set(limits) | set(requests)):
             if config.resolve(resource) is None:
@@ -372,13 +502,19 @@ def _analyse(pod_spec: Mapping[str, Any], config: TranslationConfig) -> tuple[li
             if why is not None or count is None:
                 invalid.append(str(why))
                 continue
+            if count == 0:  # asks for nothing of this resource; the container's other ones still count
+                zeros[resource] = _quantity_text(limit)
+                continue
             counts[resource] = count
             originals[resource] = _quantity_text(limit)
         if invalid:
             problems.extend(f"{label}: {why}; container left unchanged" for why in invalid)
             continue
         if counts:
-            result.append(_Container(kind, position, fld, index, name, counts, originals))
+            result.append(_Container(kind, position, fld, index, name, counts, {**originals, **zeros}, zeros))
+        elif zeros:
+            asked = ", ".join(f"{r} {q}" for r, q in sorted(zeros.items()))
+            problems.append(f"{label}: {asked} asks for no device; container left unchanged")
     return result, problems
 
 
@@ -548,11 +684,10 @@ def translate_pod_spec(
 
     claims, _ = _build_claims(containers, config, namespace)
     existing = {str(rc.get("name")) for rc in _as_list(pod_spec.get("resourceClaims")) if isinstance(rc, Mapping)}
-    pod_problems = [
-        f"spec.resourceClaims already has an entry named {claim.name!r}; pod left unchanged"
-        for claim in claims
-        if claim.name in existing
-    ]
+    free = (f"{config.claim_prefix}-{k}" for k in count())
+    for claim in claims:  # names the pod already uses are skipped: gpu-0 taken, ours start at gpu-1
+        claim.name = next(name for name in free if name not in existing)
+    pod_problems: list[str] = []
     for claim in claims:
         devices = sum(piece.size for _, piece in claim.requests)
         if devices > MAX_DEVICES_PER_CLAIM or len(claim.requests) > MAX_REQUESTS_PER_CLAIM:
@@ -580,7 +715,7 @@ def translate_pod_spec(
                 refs = [{"name": claim.name}]
             else:
                 refs = [{"name": claim.name, "request": name} for name in used]
-            _rewrite_container(out[c.source][c.index], c.counts, refs)
+            _rewrite_container(out[c.source][c.index], [*c.counts, *c.zeros], refs)
             for resource in sorted(c.counts):
                 names = [
                     name for name, piece in claim.requests if piece.resource == resource and position in piece.users
@@ -594,6 +729,7 @@ def translate_pod_spec(
         for _, piece in claim.requests:
             device_class = _resolved(config, piece.resource).device_class
             translation.devices[device_class] = translation.devices.get(device_class, 0) + piece.size
+            translation.resources[piece.resource] = translation.resources.get(piece.resource, 0) + piece.size
 
     record = {"containers": {c.name: dict(sorted(c.originals.items())) for c in containers}}
     translation.annotations = {config.annotation: json.dumps(record, sort_keys=True)}
@@ -603,7 +739,7 @@ def translate_pod_spec(
     return translation
 
 
-def _rewrite_container(container: dict[str, Any], counts: Mapping[str, int], refs: list[dict[str, str]]) -> None:
+def _rewrite_container(container: dict[str, Any], counts: Sequence[str], refs: list[dict[str, str]]) -> None:
     resources = container.get("resources")
     if not isinstance(resources, dict):
         resources = {}

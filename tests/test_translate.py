@@ -577,8 +577,6 @@ def test_equal_quantities_in_different_spellings_are_equal() -> None:
         ("500m", "nvidia.com/gpu 500m is not a whole number of devices"),
         ("1.5", "nvidia.com/gpu 1.5 is not a whole number of devices"),
         (1.5, "nvidia.com/gpu 1.5 is not a whole number of devices"),
-        ("0", "nvidia.com/gpu 0 asks for no device"),
-        (0, "nvidia.com/gpu 0 asks for no device"),
         ("-1", "nvidia.com/gpu -1 is negative"),
         ("two", "nvidia.com/gpu 'two' is not a valid quantity"),
     ],
@@ -632,14 +630,15 @@ def test_existing_resource_claims_are_kept() -> None:
     assert spec["containers"][0]["resources"]["claims"] == [{"name": "nic"}, {"name": "gpu-0"}]
 
 
-def test_colliding_claim_name_leaves_the_pod_unchanged() -> None:
+def test_colliding_claim_name_gets_a_free_name() -> None:
     mine = {"name": "gpu-0", "resourceClaimName": "reserved-gpu"}
     other = container("other", {"cpu": "1"})
     other["resources"]["claims"] = [{"name": "gpu-0"}]
     pod = api_pod([other, container("cuda", {GPU: "1"})], resource_claims=[mine])
     out, t = run(pod)
-    assert out == pod and not t.changed
-    assert t.problems == ["spec.resourceClaims already has an entry named 'gpu-0'; pod left unchanged"]
+    assert t.changed and not t.problems
+    assert [rc["name"] for rc in out["spec"]["resourceClaims"]] == ["gpu-0", "gpu-1"]
+    assert out["spec"]["containers"][1]["resources"]["claims"] == [{"name": "gpu-1"}]
 
 
 def test_claim_prefix_avoids_a_collision() -> None:

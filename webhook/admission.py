@@ -98,7 +98,7 @@ HOOKS: tuple[Hook, ...] = (
         mutate_pod_request, "Ignore",
         "pod creation must never depend on this webhook: when it is down, legacy pods are stored "
         "untranslated (and wait for nvidia.com/gpu capacity) instead of failing",
-        namespaced=True, timeout_seconds=5, side_effects="NoneOnDryRun", reinvocation="IfNeeded",
+        namespaced=True, timeout_seconds=5, side_effects="None", reinvocation="IfNeeded",
         match_conditions=(("requests-nvidia-gpus", MATCH_CONDITION),),
         object_selector={"matchExpressions": [{"key": TRANSLATE_LABEL, "operator": "NotIn", "values": ["false"]}]},
     ),
@@ -112,7 +112,8 @@ def hooks(path: Path) -> dict[tuple[str, str], Hook]:
 
 @dataclass
 class Admission:
-    """What one review produced: the response, and for offline use the patched object and creates."""
+    """What one review produced: the response, and for offline use the patched object and ``creates``
+    (the objects it refers to that the controller provisions once it exists; nothing is created here)."""
 
     response: dict[str, Any]
     request: AdmissionRequest
@@ -152,7 +153,8 @@ def admit_request(request: AdmissionRequest, *, path: Path, cluster: ClusterStat
         except Exception as exc:  # a rule bug must not become an HTTP 500
             verdict = _failed(hook, request, exc)
     response = build_response(request, verdict, mutating=path == "mutate")
-    return Admission(response, request, verdict, hook, list(verdict.creates))
+    # What the controller will provision once the object exists; a dryRun object never exists.
+    return Admission(response, request, verdict, hook, [] if request.dry_run else list(verdict.creates))
 
 
 def admit(body: bytes | str, *, path: Path, cluster: ClusterState, settings: Settings) -> Admission:

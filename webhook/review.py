@@ -70,6 +70,18 @@ def _object(value: Any, where: str) -> dict[str, Any] | None:
     return value
 
 
+def _check_kind(obj: dict[str, Any] | None, where: str, group: str, version: str, kind: str) -> None:
+    """The API server encodes the object as ``request.kind``; a review saying otherwise is not one it sent."""
+    if obj is None:
+        return
+    api_version = f"{group}/{version}" if group else version
+    got_kind, got_version = obj.get("kind"), obj.get("apiVersion")
+    if got_kind is not None and got_kind != kind:
+        raise ReviewDecodeError(f"{where}.kind is {got_kind!r} but request.kind.kind is {kind!r}")
+    if got_version is not None and version and got_version != api_version:
+        raise ReviewDecodeError(f"{where}.apiVersion is {got_version!r} but request.kind is {api_version!r}")
+
+
 def decode_review(body: bytes | str) -> AdmissionRequest:
     """Decode an AdmissionReview; anything we cannot answer raises :class:`ReviewDecodeError`."""
     try:
@@ -90,22 +102,29 @@ def decode_review(body: bytes | str) -> AdmissionRequest:
     operation = request.get("operation")
     if operation not in _OPERATIONS:
         raise ReviewDecodeError(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
+    kind = _string(kind_ref.get("kind"), "request.kind.kind", required=True)
+    group = _string(kind_ref.get("group"), "request.kind.group")
+    version = _string(kind_ref.get("version"), "request.kind.version")
+    obj = _object(request.get("object"), "request.object")
+    old_obj = _object(request.get("oldObject"), "request.oldObject")
+    for where, value in (("request.object", obj), ("request.oldObject", old_obj)):
+        _check_kind(value, where, group, version, kind)
     user_info = _object(request.get("userInfo"), "request.userInfo") or {}
     dry_run = request.get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise ReviewDecodeError("request.dryRun must be a boolean")
     return AdmissionRequest(
         uid=uid,
-        group=_string(kind_ref.get("group"), "request.kind.group"),
-        version=_string(kind_ref.get("version"), "request.kind.version"),
-        kind=_string(kind_ref.get("kind"), "request.kind.kind", required=True),
+        group=group,
+        version=version,
+        kind=kind,
         resource=_string(resource_ref.get("resource"), "request.resource.resource"),
         sub_resource=_string(request.get("subResource"), "request.subResource"),
         operation=operation,
         name=_string(request.get("name"), "request.name"),
         namespace=_string(request.get("namespace"), "request.namespace"),
-        obj=_object(request.get("object"), "request.object"),
-        old_obj=_object(request.get("oldObject"), "request.oldObject"),
+        obj=obj,
+        old_obj=old_obj,
         dry_run=dry_run,
         user=_string(user_info.get("username"), "request.userInfo.username"),
         review_api_version=str(api_version),
@@ -125,6 +144,8 @@ class Verdict:
     patched: dict[str, Any] | None = None
     # The diff of the received object and ``patched``, when the rule already has it (cached).
     patch: list[dict[str, Any]] | None = None
+    # Objects the admitted object refers to that the controller provisions once it exists
+    # (ResourceClaimTemplates of a translated pod); the webhook itself creates nothing.
     creates: list[dict[str, Any]] = field(default_factory=list)
     outcome: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
 
@@ -141,10 +162,25 @@ class Verdict:
         return cls.deny(message, code=422, reason="Invalid")
 
 
-def short_warning(text: str) -> str:
-    """A warning the API server passes on whole: one line, under 120 characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_WARNING_LENGTH else text[: MAX_WARNING_LENGTH - 3] + "..."
+def short_warning(text: str, *, prefix: str = "") -> str:
+    """A warning the API server passes on whole: one line, under 120 characters.
+
+    ``prefix + text`` when it fits; otherwise the prefix (what the warning is about: a container
+    name, a field path) is shortened in its middle so that ``text`` (the reason) stays whole, and
+    only a reason too long on its own loses its end.
+    """
+    prefix, text = " ".join(prefix.split()), " ".join(text.split())
+    if prefix and not text:
+        prefix, text = "", prefix
+    whole = f"{prefix} {text}" if prefix else text
+    if len(whole) <= MAX_WARNING_LENGTH:
+        return whole
+    room = MAX_WARNING_LENGTH - len(text) - 1  # the space between prefix and text
+    if prefix and room >= 8:
+        keep = room - 3
+        head = (keep + 1) // 2
+        return f"{prefix[:head]}...{prefix[len(prefix) - (keep - head) :]} {text}"
+    return whole[: MAX_WARNING_LENGTH - 3] + "..."
 
 
 def compute_patch(original: dict[str, Any] | None, patched: dict[str, Any] | None) -> list[dict[str, Any]]:

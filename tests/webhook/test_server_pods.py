@@ -1,21 +1,26 @@
-"""Templates are created before a translated pod is admitted; never on dryRun; failure degrades safely."""
+"""The server answers a translated pod with a patch only: it has no way to create anything."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
+import jsonpatch
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
+from webhook import server
+from webhook.review import decode_patch
 from webhook.server import build_app
 from webhook.settings import Settings
 
 
-async def _post(creator: Any, body: dict[str, Any]) -> dict[str, Any]:
-    app = build_app(ClusterState.from_objects([]), Settings(), creator=creator)
+async def _post(body: dict[str, Any]) -> dict[str, Any]:
+    app = build_app(ClusterState.from_objects([]), Settings())
     async with TestClient(TestServer(app)) as client:
         resp = await client.post("/mutate", data=json.dumps(body), headers={"Content-Type": "application/json"})
         assert resp.status == 200
@@ -23,33 +28,22 @@ async def _post(creator: Any, body: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
-async def test_templates_are_created_before_the_answer() -> None:
-    created: list[dict[str, Any]] = []
+def test_the_server_has_no_creator() -> None:
+    assert "creator" not in inspect.signature(build_app).parameters
+    assert not hasattr(server, "CREATOR_KEY")
 
-    async def creator(objs: list[dict[str, Any]]) -> None:
-        created.extend(objs)
 
-    out = await _post(creator, review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml"))
+async def test_translated_pod_is_labelled_and_records_its_templates() -> None:
+    body = review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml")
+    out = await _post(body)
+    patched = jsonpatch.apply_patch(body["request"]["object"], decode_patch(out))
+    meta = patched["metadata"]
+    assert meta["labels"][TRANSLATED_LABEL] == "true"
+    specs = json.loads(meta["annotations"][TEMPLATES_ANNOTATION])
+    [ref] = patched["spec"]["resourceClaims"]
+    assert list(specs) == [ref["resourceClaimTemplateName"]]
+
+
+async def test_dry_run_is_translated_the_same() -> None:
+    out = await _post(review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml", dry_run=True))
     assert out["response"]["patchType"] == "JSONPatch"
-    assert [o["kind"] for o in created] == ["ResourceClaimTemplate"]
-
-
-async def test_dry_run_creates_nothing() -> None:
-    created: list[dict[str, Any]] = []
-
-    async def creator(objs: list[dict[str, Any]]) -> None:
-        created.extend(objs)
-
-    out = await _post(creator, review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml", dry_run=True))
-    assert out["response"]["patchType"] == "JSONPatch"
-    assert created == []
-
-
-async def test_failed_creation_leaves_the_pod_untranslated_with_a_warning() -> None:
-    async def creator(objs: list[dict[str, Any]]) -> None:
-        raise RuntimeError("forbidden")
-
-    out = await _post(creator, review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml"))
-    resp = out["response"]
-    assert resp["allowed"] is True and "patch" not in resp
-    assert resp["warnings"][0].startswith("not translated: could not create gpucluster-gpu-1-")

@@ -4,13 +4,23 @@ The translation itself is :mod:`gpucluster.translate`; this rule decides whether
 the mode (auto, always, audit, off), opt-outs, pods that already claim the same DeviceClass, and
 the native path (a DeviceClass that maps the extended resource, KEP-5004), which ``auto`` leaves
 to the scheduler.
+
+The answer is a pure function of the review and the cluster view: nothing is created. A
+translated pod is labelled ``gpucluster.nvidia.com/translated=true`` and its annotation
+``gpucluster.nvidia.com/claim-templates`` records the specs of the ResourceClaimTemplates it
+refers to (content-addressed names; another name when the view shows one taken by another spec).
+The controller creates the missing templates once the pod exists (``controller/provision.py``),
+so a dryRun pod, a pod refused by a later admission step and a forged review leave nothing
+behind. What may be requested is bounded: the NVIDIA DeviceClasses and MIG profiles the view
+publishes (when it knows any) and at most :data:`MAX_DEVICES_PER_POD` devices per pod. Mirror pods
+are never translated.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
@@ -19,13 +29,28 @@ import orjson
 
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
-from gpucluster.translate import DEFAULT_CONFIG, Translation, TranslationConfig, translate_pod_spec
+from gpucluster.translate import (
+    DEFAULT_CONFIG,
+    MAX_TEMPLATES_ANNOTATION_BYTES,
+    TEMPLATES_ANNOTATION,
+    TRANSLATED_LABEL,
+    Translation,
+    TranslationConfig,
+    mig_profile,
+    template_name_candidates,
+    templates_annotation,
+    translate_pod_spec,
+)
 from webhook.review import AdmissionRequest, Verdict, short_warning
 from webhook.settings import TRANSLATE_LABEL, Settings
 
 # Only GPU-looking names are reported when they cannot be translated; nvidia.com/ also holds the
 # Network Operator's RDMA resources, which are none of our business.
 WEBHOOK_CONFIG = replace(DEFAULT_CONFIG, watched_prefixes=("nvidia.com/gpu", "nvidia.com/mig-"))
+
+# The kubelet marks the mirror pods of static pods with this annotation.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 
 # The webhook is only called for pods that ask for a GPU-looking resource (see configurations).
 MATCH_CONDITION = (
@@ -175,6 +200,25 @@ def _spec_gpu_resources(spec_key: bytes) -> frozenset[str] | None:
     return frozenset(_gpu_resource_names(spec, WEBHOOK_CONFIG))
 
 
+def _problem_warning(problem: str) -> str:
+    """``not translated: <container>: <reason>`` with the reason whole (the container part shortens)."""
+    if problem.startswith(_CONTAINER_LABELS) and ": " in problem:
+        where, why = problem.split(": ", 1)
+        return short_warning(why, prefix=f"not translated: {where}:")
+    return short_warning(problem, prefix="not translated:")
+
+
+_CONTAINER_LABELS = ("container ", "init container ", "sidecar ")
+
+
+def mirror_pod(request: AdmissionRequest, pod: Mapping[str, Any]) -> bool:
+    """A kubelet's mirror of a static pod: the annotation, or a node creating it."""
+    annotations = metadata(pod).get("annotations")
+    return (isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations) or request.user.startswith(
+        "system:node:"
+    )
+
+
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
     if request.operation != "CREATE" or request.obj is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
@@ -188,6 +232,12 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     namespace = request.namespace or str(metadata(pod).get("namespace") or "")
     if namespace == settings.operator_namespace:
         return Verdict.allow(outcome="skipped")
+    if mirror_pod(request, pod):
+        # The API server and NodeRestriction refuse mirror pods that reference ResourceClaims
+        # (kubernetes/kubernetes#131844): translating would make the kubelet's mirror pod fail.
+        return Verdict.allow(
+            short_warning("not translated: mirror (static) pods cannot reference ResourceClaims; use a DaemonSet")
+        )
     config = WEBHOOK_CONFIG
     if opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
@@ -202,9 +252,20 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
     translation, spec_ops = _CACHE.get(pod["spec"], spec_key, namespace, marker, config, config_key)
-    warnings = [short_warning(f"not translated: {p}") for p in translation.problems]
+    warnings = [_problem_warning(p) for p in translation.problems]
     if not translation.changed:
         return Verdict.allow(*warnings, outcome="skipped")
+    bounds = bound_problems(translation, cluster, config)
+    if bounds:
+        return Verdict.allow(*warnings, *(_problem_warning(p) for p in bounds))
+    templates, spec, renamed = free_template_names(translation, namespace, cluster)
+    if templates is None:
+        return Verdict.allow(*warnings, _problem_warning(renamed))
+    if renamed:
+        spec_ops = diff(pod["spec"], spec, "/spec")
+    record = templates_annotation(templates)
+    if len(record) > MAX_TEMPLATES_ANNOTATION_BYTES:
+        return Verdict.allow(*warnings, _problem_warning(f"the claim templates need {len(record)} bytes of annotation"))
     overlap = existing_claim_classes(pod, namespace, cluster) & set(translation.devices)
     if overlap:
         classes = ", ".join(sorted(overlap))
@@ -220,14 +281,120 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     if settings.translation_mode == "audit":
         audit = [short_warning(f"audit: would translate {change}") for change in translation.changes]
         return Verdict.allow(*audit, *warnings)
-    new_meta = {**meta, "annotations": {**(annotations or {}), **translation.annotations}}
-    patched = {**pod, "metadata": new_meta, "spec": translation.pod_spec}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    new_meta = {
+        **meta,
+        "labels": {**(labels or {}), TRANSLATED_LABEL: "true"},
+        "annotations": {**(annotations or {}), **translation.annotations, TEMPLATES_ANNOTATION: record},
+    }
+    patched = {**pod, "metadata": new_meta, "spec": spec}
     ops = (diff(pod["metadata"], new_meta, "/metadata") if "metadata" in pod else [
         {"op": "add", "path": "/metadata", "value": new_meta}
     ]) + spec_ops  # fmt: skip
-    return Verdict(
-        patched=patched, patch=ops, creates=list(translation.templates), warnings=warnings, outcome="mutated"
-    )
+    # creates: what the controller provisions once the pod exists; a dryRun pod never exists.
+    creates = [] if request.dry_run else templates
+    return Verdict(patched=patched, patch=ops, creates=creates, warnings=warnings, outcome="mutated")
+
+
+# ----------------------------------------------------------------------------- bounds and names
+
+# No pod gets more devices than this through translation: a typo (nvidia.com/gpu: 800) or a
+# hostile pod must not make the controller provision without bound.
+MAX_DEVICES_PER_POD = 64
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the cluster view says exists: None where the view knows nothing (offline, no driver yet).
+
+    DeviceClasses are not looked up: a translation only ever names the configured NVIDIA classes.
+    """
+
+    mig_profiles: frozenset[str] | None
+
+
+def _published(cluster: ClusterState) -> Published:
+    profiles: set[str] = set()
+    nvidia_devices = False
+    for rs in cluster.list("ResourceSlice"):
+        spec = rs.get("spec")
+        if not isinstance(spec, dict) or spec.get("driver") != NVIDIA_GPU_DRIVER:
+            continue
+        for device in spec.get("devices") or []:
+            nvidia_devices = True
+            attrs = device.get("attributes") if isinstance(device, dict) else None
+            profile = (attrs or {}).get("profile") or (attrs or {}).get(f"{NVIDIA_GPU_DRIVER}/profile")
+            if isinstance(profile, dict) and isinstance(profile.get("string"), str):
+                profiles.add(profile["string"])
+    return Published(frozenset(profiles) if nvidia_devices else None)
+
+
+_PUBLISHED: dict[int, tuple[int, Published]] = {}
+
+
+def published(cluster: ClusterState) -> Published:
+    """The MIG profiles of the view, recomputed only when the view changed."""
+    found = _PUBLISHED.get(id(cluster))
+    if found is not None and found[0] == cluster.generation:
+        return found[1]
+    value = _published(cluster)
+    if len(_PUBLISHED) > 16:
+        _PUBLISHED.clear()
+    _PUBLISHED[id(cluster)] = (cluster.generation, value)
+    return value
+
+
+def bound_problems(translation: Translation, cluster: ClusterState, config: TranslationConfig) -> list[str]:
+    """Why a translation asks for more than may be requested: MIG profiles no node publishes, too many devices."""
+    known = published(cluster)
+    problems = []
+    total = sum(translation.devices.values())
+    if total > MAX_DEVICES_PER_POD:
+        problems.append(f"the pod asks for {total} devices (at most {MAX_DEVICES_PER_POD} are translated)")
+    if known.mig_profiles is not None and config.mig_prefix:
+        unknown = sorted(
+            mig_profile(r[len(config.mig_prefix) :])
+            for r in translation.resources
+            if r.startswith(config.mig_prefix) and r not in config.mapping
+        )
+        unknown = [p for p in unknown if p not in known.mig_profiles]
+        if unknown:
+            problems.append(f"no node publishes MIG profile {', '.join(unknown)}")
+    return problems
+
+
+def free_template_names(
+    translation: Translation, namespace: str, cluster: ClusterState
+) -> tuple[list[dict[str, Any]] | None, dict[str, Any], str]:
+    """The templates under names not taken by another spec, the pod spec that refers to them, and
+    whether any was renamed (``templates`` None: no free name; the third item says why)."""
+    renames: dict[str, str] = {}
+    templates = []
+    for template in translation.templates:
+        name = str(template["metadata"]["name"])
+        for candidate in template_name_candidates(name, template["spec"]):
+            live = cluster.get("ResourceClaimTemplate", candidate, namespace)
+            if live is None or live.get("spec") == template["spec"]:
+                break
+        else:
+            return None, translation.pod_spec, f"template names {name} and its alternatives are taken by other specs"
+        if candidate != name:
+            renames[name] = candidate
+            template = {**template, "metadata": {**template["metadata"], "name": candidate}}
+        templates.append(template)
+    if not renames:
+        return templates, translation.pod_spec, ""
+    spec = dict(translation.pod_spec)
+    spec["resourceClaims"] = [
+        {
+            **rc,
+            "resourceClaimTemplateName": renames.get(
+                rc.get("resourceClaimTemplateName"), rc.get("resourceClaimTemplateName")
+            ),
+        }
+        for rc in spec.get("resourceClaims") or []
+    ]
+    return templates, spec, "renamed"
 
 
 def _gpu_resource_names(spec: Mapping[str, Any], config: TranslationConfig) -> set[str]:
