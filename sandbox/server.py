@@ -41,6 +41,7 @@ from sandbox.apiserver.resources import Registry
 from sandbox.apiserver.store import Store
 from sandbox.apiserver.webhooks import WebhookAdmission
 from sandbox.sim import SimulatedCluster, SimulationOptions
+from sandbox.sim.process import ApiEndpoint
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -115,6 +116,7 @@ class Sandbox:
             server_address=f"{self.host}:{self.port}",
             bookmark_interval=self.bookmark_interval,
             on_restart=self._restart_endpoint,
+            pod_log=self.sim.pod_log if self.sim is not None else None,
         )
         self.handlers = ApiHandlers(self.core, self.faults, options)
         namespaces = self.registry.get("", "v1", "namespaces")
@@ -129,7 +131,7 @@ class Sandbox:
         if self.gc is not None:
             self.gc.start()
         if self.sim is not None:
-            await self.sim.start()
+            await self.sim.start(ApiEndpoint(self.url, self.pki.ca.cert_pem.decode()))
         self._runner = web.AppRunner(self.handlers.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.SockSite(self._runner, sock, ssl_context=self.pki.server_context())

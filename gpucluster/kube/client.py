@@ -10,11 +10,13 @@ from typing import Any
 
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
+from kubernetes.aio.config import incluster_config as aio_incluster
 
 from gpucluster.errors import InputError
 
 KubeObject = dict[str, Any]
 Query = Sequence[tuple[str, str]]
+SERVICEACCOUNT_DIR_ENV = "GPUCLUSTER_SERVICEACCOUNT_DIR"
 
 
 class KubeError(Exception):
@@ -32,7 +34,15 @@ async def load_configuration(kubeconfig: str | None = None, context: str | None 
     """A client configuration from ``kubeconfig``, else in-cluster, else ``$KUBECONFIG``/~/.kube/config."""
     configuration = aio_client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        aio_config.load_incluster_config(client_configuration=configuration)
+        # GPUCLUSTER_SERVICEACCOUNT_DIR: where the token and CA are when not at the standard path
+        # (the sandbox's process pods, whose volumes live in a per-pod directory).
+        sa_dir = os.environ.get(SERVICEACCOUNT_DIR_ENV)
+        if sa_dir:
+            aio_incluster.InClusterConfigLoader(
+                token_filename=os.path.join(sa_dir, "token"), cert_filename=os.path.join(sa_dir, "ca.crt")
+            ).load_and_set(configuration)
+        else:
+            aio_config.load_incluster_config(client_configuration=configuration)
     else:
         await aio_config.load_kube_config(
             config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False

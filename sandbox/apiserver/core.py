@@ -13,7 +13,7 @@ import copy
 import datetime as dt
 import random
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ ObjList = list[Obj]
 Causes = list[tuple[str, str, str]]
 
 NAMESPACES = ("", "namespaces")
+PODS = ("", "pods")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -143,6 +144,8 @@ class ApiCore:
         # Set by Sandbox: bearer tokens -> identities; mints ServiceAccount tokens (sandbox.apiserver.auth).
         self.authn: Authenticator | None = None
         self.authz: Authorizer | None = None  # RBAC (sandbox.apiserver.rbac); None: no authorization
+        # Set by a kubelet: the grace period of a pod's deletion (pods it runs), None to delete at once.
+        self.pod_grace_period: Callable[[Obj, Obj], int | None] | None = None
 
     def now(self) -> str:
         return now_rfc3339(self.clock)
@@ -615,7 +618,15 @@ class ApiCore:
         if ctx.dry_run:
             return self.to_version(rt, new)
         expected = rv_of(old)
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and rt.key != NAMESPACES:
+        # As the registry: an update leaving no finalizers deletes the object, unless a graceful
+        # (pod) deletion is still pending - the kubelet deletes those with grace 0.
+        md_new = new["metadata"]
+        if (
+            md_new.get("deletionTimestamp")
+            and not md_new.get("finalizers")
+            and not md_new.get("deletionGracePeriodSeconds")
+            and rt.key != NAMESPACES
+        ):
             final = self.store.delete(rt.key, ns, name, expected_rv=expected)
             self._after_delete(rt, final)
             return self.to_version(rt, final)
@@ -805,7 +816,11 @@ class ApiCore:
             finalizers.append("orphan")
         if policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
-        if md.get("deletionTimestamp") and finalizers == list(md.get("finalizers") or []):
+        grace = self.pod_grace_period(old, options) if rt.key == PODS and self.pod_grace_period else None
+        if grace:
+            return self._delete_gracefully(rt, old, finalizers, grace, ctx)
+        final_pod_delete = grace == 0 and not finalizers  # the kubelet's delete after the pod stopped
+        if md.get("deletionTimestamp") and finalizers == list(md.get("finalizers") or []) and not final_pod_delete:
             return self.to_version(rt, old), False
         if finalizers or rt.key == NAMESPACES:
             new = dict(old)
@@ -814,6 +829,8 @@ class ApiCore:
             )
             new["metadata"].setdefault("deletionTimestamp", self.now())
             new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+            if grace == 0:  # the kubelet's final delete: removing the last finalizer then deletes it
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
             if rt.generation and not md.get("deletionTimestamp"):
                 new["metadata"]["generation"] = int(md.get("generation") or 1) + 1
             if rt.key == NAMESPACES:
@@ -827,6 +844,31 @@ class ApiCore:
         final = self.store.delete(rt.key, ns, name, expected_rv=rv_of(old))
         self._after_delete(rt, final)
         return self.to_version(rt, final), True
+
+    def _delete_gracefully(
+        self, rt: ResourceType, old: Obj, finalizers: Sequence[str], grace: int, ctx: Context
+    ) -> tuple[Obj, bool]:
+        """A graceful pod deletion: deletionTimestamp = now + grace; the kubelet stops the pod and deletes
+        it with grace 0. A later delete may only shorten the period."""
+        md = old["metadata"]
+        pending = md.get("deletionGracePeriodSeconds")
+        keep = bool(md.get("deletionTimestamp")) and pending is not None and int(pending) <= grace
+        if keep and finalizers == list(md.get("finalizers") or []):
+            return self.to_version(rt, old), False
+        new_md = {k: v for k, v in md.items() if k != "finalizers"}
+        if finalizers:
+            new_md["finalizers"] = list(finalizers)
+        if not keep:
+            when = (self.clock() if self.clock else dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=grace)
+            new_md["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+            new_md["deletionGracePeriodSeconds"] = grace
+        if rt.generation and not md.get("deletionTimestamp"):
+            new_md["generation"] = int(md.get("generation") or 1) + 1
+        new = {**old, "metadata": new_md}
+        if ctx.dry_run:
+            return self.to_version(rt, new), False
+        stored = self.store.update(rt.key, new, expected_rv=rv_of(old))
+        return self.to_version(rt, stored), False
 
     async def delete_collection(
         self,

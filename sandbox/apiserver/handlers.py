@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sandbox.apiserver import auth, discovery, errors, openapi, openapi_proto, protobuf, rbac, schemas, tables
+from sandbox.apiserver import auth, discovery, errors, openapi, openapi_proto, podlogs, protobuf, rbac, schemas, tables
 from sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.faults import Faults
@@ -42,6 +42,8 @@ class ServerOptions:
     bookmark_interval: float = 60.0
     default_watch_timeout: float = 1800.0
     on_restart: Callable[[], Awaitable[None]] | None = None
+    pod_log: Callable[[str, str, str, bool], Any] | None = None
+    """(namespace, pod, container, previous) -> a log file (``podlogs.LogSource``) or None."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -359,6 +361,8 @@ class ApiHandlers:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
         if target.subresource and target.subresource not in rt.subresources:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        if rt.key == ("", "pods") and target.subresource == "log" and target.namespace and request.method == "GET":
+            return await podlogs.serve(request, self.core, self.options.pod_log, target.namespace, target.name)
         verb = self._verb(request, target)
         allowed = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
         if target.subresource:

@@ -20,8 +20,8 @@ plugins run them (k8s.io/apiserver ``pkg/admission/plugin/webhook``).
 * validating webhooks are called concurrently; the first failure in webhook order is returned;
 * calls are AdmissionReview v1 POSTs over HTTPS to ``clientConfig.url`` or to the service
   ``https://<name>.<namespace>.svc:<port><path>`` (resolved through :meth:`register_service`,
-  verified against ``caBundle`` with that host name), with ``?timeout=<n>s`` and the webhook's
-  ``timeoutSeconds`` (default 10);
+  else to a ready endpoint of the Service's EndpointSlices; verified against ``caBundle`` with
+  that host name), with ``?timeout=<n>s`` and the webhook's ``timeoutSeconds`` (default 10);
 * transport errors, timeouts, non-2xx answers and malformed responses follow ``failurePolicy``
   (``Fail``: 500 ``Internal error occurred: failed calling webhook "<name>": ...``); a denial is
   ``admission webhook "<name>" denied the request: <message>`` with the webhook's code (at least
@@ -291,11 +291,13 @@ def _cel(value: Any) -> Any:
 
 
 class ServiceResolver(AbstractResolver):
-    """Resolves ``<name>.<namespace>.svc`` to what :meth:`WebhookAdmission.register_service` said;
-    other host names go to the system resolver."""
+    """Resolves ``<name>.<namespace>.svc`` to what :meth:`WebhookAdmission.register_service` said,
+    else to a ready endpoint of the Service (its EndpointSlices, the port named like the Service's
+    port); other host names go to the system resolver."""
 
-    def __init__(self, services: dict[ServiceKey, tuple[str, int]]) -> None:
+    def __init__(self, services: dict[ServiceKey, tuple[str, int]], store: Any = None) -> None:
         self.services = services
+        self.store = store
         self._fallback: AbstractResolver | None = None
 
     async def resolve(
@@ -304,6 +306,8 @@ class ServiceResolver(AbstractResolver):
         m = _SERVICE_HOST.match(host)
         if m is not None:
             target = self.services.get((m.group(3), m.group(1), port))
+            if target is None and self.store is not None:
+                target = service_endpoint(self.store, m.group(3), m.group(1), port)
             if target is None:
                 raise OSError(f"lookup {host}: no such host")
             fam = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
@@ -324,6 +328,30 @@ class ServiceResolver(AbstractResolver):
     async def close(self) -> None:
         if self._fallback is not None:
             await self._fallback.close()
+
+
+def service_endpoint(store: Any, namespace: str, name: str, port: int) -> tuple[str, int] | None:
+    """A ready endpoint (pod IP, target port) of Service ``namespace/name`` for its ``port``, from the
+    EndpointSlices labelled ``kubernetes.io/service-name``; None without one (as an unroutable
+    ClusterIP would fail)."""
+    service = store.get(("", "services"), namespace, name)
+    if service is None:
+        return None
+    service_port = next((p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == port), None)
+    if service_port is None:
+        return None
+    port_name = str(service_port.get("name") or "")
+    for s in store.iter(("discovery.k8s.io", "endpointslices"), namespace):
+        if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") != name:
+            continue
+        target = next((p.get("port") for p in s.get("ports") or [] if str(p.get("name") or "") == port_name), None)
+        if target is None:
+            continue
+        for e in s.get("endpoints") or []:
+            conditions = e.get("conditions") or {}
+            if conditions.get("ready") is not False and not conditions.get("terminating") and e.get("addresses"):
+                return str(e["addresses"][0]), int(target)
+    return None
 
 
 @lru_cache(maxsize=64)
@@ -430,7 +458,8 @@ class WebhookAdmission:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(resolver=ServiceResolver(self.services), use_dns_cache=False, limit=0)
+            resolver = ServiceResolver(self.services, self.core.store)
+            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0)
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 

@@ -6,7 +6,11 @@ switchable off:
 * ``slices`` - ``kubelet.SlicePublisher``: nodes publish NVIDIA ResourceSlices while a pod of
   the DRA kubelet-plugin DaemonSet runs there (with the pod pipeline below switched off: while
   the DaemonSet selects them);
-* ``kubelet`` - ``kubelet.Kubelet``: bound pods become Running;
+* ``kubelet`` - ``kubelet.Kubelet``: bound pods become Running, deleted pods stop within their
+  grace period; with ``processes`` (``process.ProcessRuntime``) pods of the project's own image and
+  of ``registry.k8s.io/kubectl`` run as local processes;
+* ``jobs`` - ``jobs.JobController``: batch/v1 Jobs (pods, completions, deadlines, TTL);
+* ``endpoints`` - ``endpoints.EndpointSliceController``: EndpointSlices of Services with selectors;
 * ``workloads`` - ``workloads.Workloads``: DaemonSet, Deployment and ReplicaSet controllers
   (real pods, rollouts, status from the pods; serves ``apps/v1 replicasets``);
 * ``resourceclaims`` - ``resourceclaim.ResourceClaimController``: claims from templates;
@@ -18,11 +22,16 @@ All of them act through ``ApiCore`` (admission included), so clients see ordinar
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from sandbox.apiserver.core import ApiCore
 from sandbox.sim.base import Controller
+from sandbox.sim.endpoints import EndpointSliceController, ensure_endpointslices
+from sandbox.sim.jobs import JobController
 from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
+from sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions
 from sandbox.sim.resourceclaim import ResourceClaimController
 from sandbox.sim.scheduler import Scheduler
 from sandbox.sim.workloads import Workloads, ensure_replicasets
@@ -44,6 +53,16 @@ class SimulationOptions:
     workloads: bool = True
     resourceclaims: bool = True
     scheduler: bool = True
+    jobs: bool = True
+    endpoints: bool = True
+    processes: bool = True
+    """Run pods of the project's image and of registry.k8s.io/kubectl as local processes (needs kubelet)."""
+    process_root: Path | None = None
+    """Where process pods get their directories (default: a new directory in the system temp dir)."""
+    restart_backoff: tuple[float, float] = (10.0, 300.0)
+    """Crash-loop back-off of process containers: first delay and cap (the kubelet's 10 s / 300 s)."""
+    process_images: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """More images to run as processes: repository -> argv standing for the image's entrypoint."""
 
     def plans(self) -> list[NodePlan]:
         return plan_nodes(self.nodes, self.gpus_per_node, parse_mix(self.mix), prefix=self.node_prefix)
@@ -67,13 +86,30 @@ class SimulatedCluster:
             self.controllers.append(ResourceClaimController(core))
         if opts.scheduler:
             self.controllers.append(Scheduler(core))
+        self.runtime: ProcessRuntime | None = None
         if opts.kubelet:
-            self.controllers.append(Kubelet(core))
+            if opts.processes:
+                base, cap = opts.restart_backoff
+                self.runtime = ProcessRuntime(
+                    core,
+                    RuntimeOptions(
+                        root=opts.process_root, backoff_base=base, backoff_max=cap, entrypoints=opts.process_images
+                    ),
+                )
+            self.controllers.append(Kubelet(core, self.runtime))
+        if opts.jobs and self.pods_run:
+            self.controllers.append(JobController(core))
+        if opts.endpoints:
+            ensure_endpointslices(core.registry)
+            self.controllers.append(EndpointSliceController(core))
 
     def controller(self, name: str) -> Controller | None:
         return next((c for c in self.controllers if c.name == name), None)
 
-    async def start(self) -> None:
+    async def start(self, api: ApiEndpoint | None = None) -> None:
+        """``api``: the sandbox's URL and CA, for process pods' in-cluster configuration."""
+        if api is not None and self.runtime is not None:
+            self.runtime.api = api
         await register_nodes(self.core, self.plans, seed=self.options.seed)
         for c in self.controllers:
             c.start()
@@ -81,6 +117,12 @@ class SimulatedCluster:
     async def stop(self) -> None:
         for c in self.controllers:
             await c.stop()
+
+    def pod_log(self, namespace: str, name: str, container: str, previous: bool) -> LogFile | None:
+        """A process pod container's log file (None: not a process pod, or nothing logged yet)."""
+        if self.runtime is None:
+            return None
+        return self.runtime.log_file(namespace, name, container, previous=previous)
 
     def idle(self) -> bool:
         return all(c.idle() for c in self.controllers)

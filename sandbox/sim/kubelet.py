@@ -22,6 +22,7 @@ kubelet that starts bound pods.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ from gpucluster.dra import simulate
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim import predicates
+from sandbox.sim import predicates, process
 from sandbox.sim.base import Controller, Obj, Retry, meta
+from sandbox.sim.process import ProcessRuntime
 
 KUBELET_PLUGIN = "nvidia-dra-driver-kubelet-plugin"
 OUR_DRIVERS = (simulate.GPU_DRIVER, simulate.COMPUTE_DOMAIN_DRIVER)
@@ -333,15 +335,51 @@ def reserved_for(claim: Obj, pod: Obj) -> bool:
 
 
 class Kubelet(Controller):
-    """Starts pods bound to a node: Running and Ready once their claims are allocated for them."""
+    """Starts pods bound to a node once their claims are allocated for them (simulated: Running
+    and Ready at once; with a ``ProcessRuntime``, pods whose images have a local program run as
+    processes), and stops them as a kubelet does: a pod with a deletionTimestamp is terminated
+    within its grace period, reported in a terminal phase and deleted with grace 0."""
 
     name = "kubelet"
     username = "system:node"
     field_manager = "kubelet"
 
+    def __init__(self, core: ApiCore, runtime: ProcessRuntime | None = None) -> None:
+        super().__init__(core)
+        self.runtime = runtime
+        if runtime is not None:
+            runtime.notify = self.enqueue
+
+    def start(self) -> None:
+        super().start()
+        self.core.pod_grace_period = self.grace_period
+
+    async def stop(self) -> None:
+        if self.core.pod_grace_period == self.grace_period:
+            self.core.pod_grace_period = None
+        await super().stop()
+        if self.runtime is not None:
+            await self.runtime.stop()
+
+    def grace_period(self, pod: Obj, options: Obj) -> int | None:
+        """The pod strategy's CheckGracefulDelete for pods this kubelet runs: a bound pod that is not
+        terminal stops gracefully (the request's gracePeriodSeconds, else the pod's
+        terminationGracePeriodSeconds, default 30); others go at once."""
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or self.core.store.get(NODES, "", str(node)) is None:
+            return None
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        requested = options.get("gracePeriodSeconds")
+        if requested is None:
+            requested = spec.get("terminationGracePeriodSeconds")
+        grace = 30 if requested is None else int(requested)
+        return max(grace, 1) if requested is None or int(requested) != 0 else 0
+
     def initial_keys(self) -> Iterable[Hashable]:
         for pod in self.core.store.iter(PODS):
-            if self._wants(pod):
+            if self._wants(pod) or self._stopping(pod):
                 yield (meta(pod).get("namespace"), meta(pod).get("name"))
 
     @staticmethod
@@ -351,13 +389,20 @@ class Kubelet(Controller):
             "Pending",
         )
 
+    @staticmethod
+    def _stopping(pod: Obj) -> bool:
+        return bool((pod.get("spec") or {}).get("nodeName")) and bool(meta(pod).get("deletionTimestamp"))
+
     def on_event(self, event: Event) -> None:
+        if event.resource == PODS:
+            key = (str(meta(event.obj).get("namespace")), str(meta(event.obj).get("name")))
+            ours = self.runtime is not None and self.runtime.get(key) is not None
+            if ours or (event.type != DELETED and (self._wants(event.obj) or self._stopping(event.obj))):
+                self.enqueue(key)
+            return
         if event.type == DELETED:
             return
-        if event.resource == PODS:
-            if self._wants(event.obj) and not meta(event.obj).get("deletionTimestamp"):
-                self.enqueue((meta(event.obj).get("namespace"), meta(event.obj).get("name")))
-        elif event.resource == CLAIMS:
+        if event.resource == CLAIMS:
             ns = meta(event.obj).get("namespace")
             for ref in (event.obj.get("status") or {}).get("reservedFor") or []:
                 if ref.get("resource") == "pods":
@@ -368,15 +413,30 @@ class Kubelet(Controller):
                     self.enqueue((meta(pod).get("namespace"), meta(pod).get("name")))
 
     async def sync(self, key: Any) -> None:
-        ns, name = key
-        pod = self.core.store.get(PODS, str(ns), str(name))
-        if pod is None or not self._wants(pod) or meta(pod).get("deletionTimestamp"):
+        ns, name = str(key[0]), str(key[1])
+        pod = self.core.store.get(PODS, ns, name)
+        running = self.runtime.get((ns, name)) if self.runtime is not None else None
+        if running is not None and (pod is None or meta(pod).get("uid") != running.uid):
+            assert self.runtime is not None
+            self.runtime.forget((ns, name))  # gone (or replaced by a namesake): stop it, drop its files
+            running = None
+        if pod is None:
             return
         spec = pod.get("spec") or {}
+        if not spec.get("nodeName"):
+            return
         node = self.core.store.get(NODES, "", str(spec.get("nodeName")))
         if node is None:
             return  # the pod waits for its node (upstream: the pod GC deletes it eventually)
         now = self.core.now()
+        if meta(pod).get("deletionTimestamp"):
+            await self._stop_pod(pod, running, now)
+            return
+        if running is not None:
+            await self._write_status(pod, process.pod_status(pod, running, now, image_id))
+            return
+        if not self._wants(pod):
+            return
         missing = predicates.insufficient(spec, node)
         if missing:
             wanted = predicates.extended_requests(spec)[missing[0]]
@@ -395,16 +455,114 @@ class Kubelet(Controller):
         if names is None:
             raise Retry("waiting for the pod's ResourceClaims to be created")
         for claim_name in names:
-            claim = self.core.store.get(CLAIMS, str(ns), claim_name)
+            claim = self.core.store.get(CLAIMS, ns, claim_name)
             if claim is None or not (claim.get("status") or {}).get("allocation") or not reserved_for(claim, pod):
                 return  # NodePrepareResources would fail; a claim event wakes us again
+        if self.runtime is not None and self.runtime.runs(pod) and not spec.get("hostNetwork"):
+            started = self.runtime.start(pod, host_ip(node))
+            await self._write_status(pod, process.pod_status(pod, started, now, image_id))
+            return
         await self._write_status(pod, running_status(pod, node, now))
 
-    async def _write_status(self, pod: Obj, status: Obj) -> None:
+    async def _stop_pod(self, pod: Obj, running: process.PodRuntime | None, now: str) -> None:
+        """Terminate (processes: SIGTERM, SIGKILL after the grace period left), report the terminal
+        status, then delete with grace 0 as the kubelet's status manager does."""
+        md = meta(pod)
+        if running is not None:
+            if not running.finished:
+                running.terminate(_seconds_left(md.get("deletionTimestamp"), self.core))
+                if not running.finished:
+                    await self._write_status(pod, process.pod_status(pod, running, now, image_id))
+                    return  # the runtime wakes us once its processes are down
+            status = process.pod_status(pod, running, now, image_id)
+        else:
+            status = terminated_status(pod, now)
+        if status != pod.get("status"):
+            pod = await self._write_status(pod, status)
+        rt = self.rt("", "v1", "pods")
+        try:
+            await self.core.delete(
+                rt,
+                str(md["namespace"]),
+                str(md["name"]),
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": md.get("uid")}},
+                self.context(),
+            )
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
+
+    async def _write_status(self, pod: Obj, status: Obj) -> Obj:
+        if status == pod.get("status"):
+            return pod
         rt = self.rt("", "v1", "pods")
         md = meta(pod)
         body = {**pod, "status": status}
-        await self.core.update(rt, str(md["namespace"]), str(md["name"]), body, self.context(), subresource="status")
+        return await self.core.update(
+            rt, str(md["namespace"]), str(md["name"]), body, self.context(), subresource="status"
+        )
+
+
+def _seconds_left(deletion_timestamp: Any, core: ApiCore) -> float:
+    try:
+        when = dt.datetime.strptime(str(deletion_timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return 0.0
+    now = core.clock() if core.clock else dt.datetime.now(dt.UTC)
+    return max((when - now).total_seconds(), 0.0)
+
+
+def host_ip(node: Obj) -> str:
+    return str(
+        next(
+            (
+                a.get("address")
+                for a in (node.get("status") or {}).get("addresses") or []
+                if a.get("type") == "InternalIP"
+            ),
+            "10.0.0.1",
+        )
+    )
+
+
+def terminated_status(pod: Obj, now: str) -> Obj:
+    """A simulated pod after its containers stopped on deletion: they exit 0 on SIGTERM at once, so
+    the pod is Succeeded (a pod that never started its containers: their status unknown, Failed)."""
+    status = dict(pod.get("status") or {})
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return status
+    started = status.get("phase") == "Running"
+    out = []
+    for c in status.get("containerStatuses") or []:
+        began = (c.get("state") or {}).get("running", {}).get("startedAt")
+        terminated: Obj = (
+            {"exitCode": 0, "reason": "Completed", "startedAt": began, "finishedAt": now}
+            if started
+            else {
+                "exitCode": 137,
+                "reason": "ContainerStatusUnknown",
+                "message": "The container could not be located when the pod was terminated",
+                "startedAt": None,
+                "finishedAt": now,
+            }
+        )
+        if c.get("containerID"):
+            terminated["containerID"] = c["containerID"]
+        out.append({**c, "ready": False, "started": False, "state": {"terminated": terminated}})
+    conditions = []
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") in ("Ready", "ContainersReady", "PodReadyToStartContainers")
+            and cond.get("status") == "True"
+        ):
+            cond = {**cond, "status": "False", "lastTransitionTime": now}
+            if cond["type"] != "PodReadyToStartContainers":
+                cond["reason"] = "PodCompleted"
+        conditions.append(cond)
+    status.update(phase="Succeeded" if started else "Failed", conditions=conditions)
+    if out:
+        status["containerStatuses"] = out
+    return status
 
 
 def image_id(image: str) -> str:

@@ -694,8 +694,8 @@ class Workloads(Controller):
                         f"Found failed daemon pod {ns}/{pod.name} on node {node}, will try to kill it",
                     )
                     delete.append(pod.name)
-                if not running:
-                    create.append(node)
+                if not running and not any(p.terminating for p in by_node.get(node) or ()):
+                    create.append(node)  # upstream waits until a terminating pod is gone
                 elif len(running) > 1:
                     delete.extend(p.name for p in sorted(running, key=DaemonPod.order)[1:])
             elif not keep:
@@ -707,7 +707,8 @@ class Workloads(Controller):
         if (strategy.get("type") or "RollingUpdate") == "RollingUpdate":
             for pod in self._rolling_update(ds, decisions, by_node, hash_, generation, set(delete)):
                 delete.append(pod.name)
-                create.append(str(pod.node))
+                if self.core.pod_grace_period is None:  # deleted at once: replace it in this sync
+                    create.append(str(pod.node))
         for pod_name in delete:
             await self._delete_pod(ds, DAEMONSET, component, pod_name)
         for node in create:

@@ -1,0 +1,865 @@
+"""The process kubelet: pods whose images have a local program (``podenv.entrypoint_for``: the
+project's own image, ``registry.k8s.io/kubectl``) run as real local processes.
+
+Per pod, ``PodRuntime`` (an asyncio task) owns a directory under the runtime root
+(``<root>/<namespace>_<name>_<uid>``) holding the volumes (``.volumes/<name>``, linked at
+``<poddir><mountPath>``), the logs (``.logs/<container>.log``, the previous instance's
+``.previous.log``) and a loopback pod IP (``127.x.y.z``). It materialises the volumes (with the
+service-account token from ``core.authn``, refreshed at 80 % of its lifetime), runs the init
+containers in order to completion, then the containers, each restarted per ``restartPolicy`` with
+the kubelet's back-off, with its probes. The kubelet (``kubelet.Kubelet``) turns the runtime's
+state into pod status (``pod_status``) and stops the pod on deletion (SIGTERM to the process
+group, SIGKILL after the grace period). Processes get ``PR_SET_PDEATHSIG`` so none outlives the
+sandbox, even a killed one.
+
+Environment every process gets (besides the container's own): ``PATH``, ``HOME`` (the pod
+directory), ``HOSTNAME`` (the pod name), ``KUBERNETES_SERVICE_HOST``/``_PORT``/``_PORT_HTTPS``,
+``KUBERNETES_PORT``/``KUBERNETES_PORT_443_TCP*`` (the sandbox), ``GPUCLUSTER_BIND_ADDRESS`` (the
+pod IP), ``GPUCLUSTER_SERVICEACCOUNT_DIR`` (the remapped service-account directory, when
+mounted), ``TMPDIR`` (when ``/tmp`` is a mount), ``KUBECONFIG`` (kubectl images),
+``PYTHONUNBUFFERED=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import datetime as dt
+import hashlib
+import inspect
+import ipaddress
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from sandbox.apiserver.core import ApiCore
+from sandbox.sim import podenv
+from sandbox.sim.probes import ProbeResult, ProbeWorker
+
+Obj = dict[str, Any]
+log = logging.getLogger("sandbox.kubelet")
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    root: Path | None = None
+    """Where pod directories go (default: a fresh directory in tempfile.gettempdir())."""
+    backoff_base: float = 10.0
+    backoff_max: float = 300.0
+    config_retry: float = 1.0
+    """How often a container whose configuration failed (missing Secret...) is retried."""
+    entrypoints: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Extra images to run: repository -> argv of its entrypoint."""
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: Path
+    running: Callable[[], bool]
+    """Whether the instance writing it still runs (``kubectl logs -f`` follows until it stops)."""
+
+
+@dataclass
+class ApiEndpoint:
+    url: str
+    ca_pem: str
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode & 0o777 | 0o200)  # keep it writable for us: the next refresh replaces it
+    os.replace(tmp, path)
+
+
+class ContainerRun:
+    """One container of a pod: its current instance and what the kubelet reports about it."""
+
+    def __init__(self, spec: Obj, *, init: bool) -> None:
+        self.spec = spec
+        self.name = str(spec.get("name"))
+        self.init = init
+        self.restart_count = 0
+        self.state: Obj = {"waiting": {"reason": "PodInitializing" if not init else "ContainerCreating"}}
+        self.last_state: Obj = {}
+        self.ready = False
+        self.started = False
+        self.container_id = ""
+        self.proc: asyncio.subprocess.Process | None = None
+        self.exit_code: int | None = None
+        self.killed_for: str = ""
+        self.deaths = 0
+
+    @property
+    def running(self) -> bool:
+        return "running" in self.state
+
+    def terminated(self) -> Obj | None:
+        t = self.state.get("terminated")
+        return t if isinstance(t, dict) else None
+
+
+class PodRuntime:
+    def __init__(self, owner: ProcessRuntime, pod: Obj, ip: str, host_ip: str) -> None:
+        md = pod["metadata"]
+        self.owner = owner
+        self.namespace = str(md["namespace"])
+        self.name = str(md["name"])
+        self.uid = str(md.get("uid") or "")
+        self.pod = pod
+        self.ip = ip
+        self.host_ip = host_ip
+        self.dir = owner.root / f"{self.namespace}_{self.name}_{self.uid[:8]}"
+        spec = pod.get("spec") or {}
+        self.restart_policy = str(spec.get("restartPolicy") or "Always")
+        grace = spec.get("terminationGracePeriodSeconds")
+        self.grace = 30 if grace is None else int(grace)
+        self.init = [ContainerRun(c, init=True) for c in spec.get("initContainers") or []]
+        self.containers = [ContainerRun(c, init=False) for c in spec.get("containers") or []]
+        self.sandbox_ready = False
+        self.initialized = not self.init
+        self.init_failed = False
+        self.terminating = False
+        self.finished = False  # every process stopped for good (terminal phase, or terminated)
+        self.message = ""
+        self.started_at = _now()
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._probes: dict[str, list[ProbeWorker]] = {}
+        self._refresh: asyncio.Task[None] | None = None
+        self._token_files: list[tuple[Path, Obj, int]] = []
+        self.volumes: dict[str, Path] = {}
+        self.mounts: dict[str, list[str]] = {}  # container -> mount paths
+
+    # ------------------------------------------------------------ public
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def all(self) -> list[ContainerRun]:
+        return [*self.init, *self.containers]
+
+    def container(self, name: str) -> ContainerRun | None:
+        return next((c for c in self.all() if c.name == name), None)
+
+    def log_path(self, name: str, *, previous: bool = False) -> Path:
+        return self.dir / ".logs" / (f"{name}.previous.log" if previous else f"{name}.log")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._main(), name=f"pod-{self.namespace}-{self.name}")
+
+    def terminate(self, grace: float | None = None) -> None:
+        """Stop every container (SIGTERM, SIGKILL after ``grace``); ``finished`` once they are down."""
+        if self.terminating:
+            return
+        self.terminating = True
+        grace = self.grace if grace is None else grace
+        self._spawn(self._terminate(max(grace, 0.0)))
+
+    async def kill(self) -> None:
+        """Stop at once (sandbox shutdown): SIGKILL to every process group, wait for them."""
+        self.terminating = True
+        for task in [self._task, self._refresh, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        for c in self.all():
+            self._signal(c, signal.SIGKILL)
+        for c in self.all():
+            if c.proc is not None and c.proc.returncode is None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.proc.wait(), 5)
+        self._stop_probes()
+        self.finished = True
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ internals
+
+    def _notify(self) -> None:
+        self.owner.notify(self.key)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _main(self) -> None:
+        try:
+            await self._prepare()
+            for c in self.init:
+                ok = await self._run_until_done(c)
+                if not ok:
+                    if not self.terminating:
+                        self.init_failed = True
+                        self.finished = True
+                        self._notify()
+                    return
+            self.initialized = True
+            self._notify()
+            runs = [self._spawn(self._supervise(c)) for c in self.containers]
+            await asyncio.gather(*runs, return_exceptions=True)
+            if not self.terminating:
+                self.finished = True
+                self._stop_refresh()
+                self._notify()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # keep the sandbox alive; report it on the pod
+            log.exception("pod %s/%s: runtime failed", self.namespace, self.name)
+            self.message = f"sandbox kubelet: {exc}"
+            self._notify()
+
+    # -- volumes
+
+    def _ctx(self) -> podenv.PodContext:
+        return podenv.PodContext(self.pod, self.ip, self.host_ip, self.owner.lookup(self.namespace))
+
+    async def _prepare(self) -> None:
+        (self.dir / ".logs").mkdir(parents=True, exist_ok=True)
+        (self.dir / ".volumes").mkdir(parents=True, exist_ok=True)
+        spec = self.pod.get("spec") or {}
+        volumes = list(spec.get("volumes") or [])
+        sa = self.owner.lookup(self.namespace)("serviceaccounts", str(spec.get("serviceAccountName") or "default"))
+        implicit = podenv.service_account_volume(self.pod, sa)
+        if implicit is not None:
+            volumes.append(implicit)
+        while True:
+            try:
+                await self._materialise(volumes)
+                break
+            except (podenv.ConfigError, TokenUnavailable) as exc:
+                self.message = f"MountVolume.SetUp failed: {exc}"
+                for c in self.all():
+                    c.state = {"waiting": {"reason": "ContainerCreating"}}
+                self._notify()
+                await asyncio.sleep(self.owner.options.config_retry)
+        self.message = ""
+        for c in self.all():
+            mounts = [
+                (str(m.get("mountPath") or ""), str(m.get("name") or ""), str(m.get("subPath") or ""))
+                for m in c.spec.get("volumeMounts") or []
+            ]
+            if implicit is not None:
+                mounts.append((podenv.SERVICEACCOUNT_PATH, implicit["name"], ""))
+            for path, vol, sub in mounts:
+                source = self.volumes.get(vol)
+                if not path.startswith("/") or source is None:
+                    continue
+                link = self.dir / path.lstrip("/")
+                target = source / sub if sub else source
+                if link.is_symlink() or link.exists():
+                    continue  # another container mounts it already (same volume, or first wins)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(target)
+            self.mounts[c.name] = [p for p, _, _ in mounts]
+        self.sandbox_ready = True
+        for c in self.all():
+            if not c.init:
+                c.state = {"waiting": {"reason": "PodInitializing" if self.init else "ContainerCreating"}}
+        self._notify()
+        if self._token_files:
+            self._refresh = asyncio.get_running_loop().create_task(self._refresh_tokens())
+
+    async def _materialise(self, volumes: list[Obj]) -> None:
+        ctx = self._ctx()
+        self._token_files = []
+        pending: list[tuple[Obj, Obj]] = []
+
+        def token(source: Obj) -> str:
+            pending.append((source, {}))
+            return ""  # filled in below: issuing may be asynchronous
+
+        for vol in volumes:
+            name = str(vol.get("name") or "")
+            path = self.dir / ".volumes" / name
+            path.mkdir(parents=True, exist_ok=True)
+            self.volumes[name] = path
+            pending.clear()
+            files = podenv.volume_files(ctx, vol, token, self.owner.api.ca_pem)
+            if files is None:
+                continue
+            for f in files:
+                data = f.data
+                if pending and not data and f.path == str(pending[0][0].get("path") or "token"):
+                    source = pending.pop(0)[0]
+                    ttl = int(source.get("expirationSeconds") or 3607)
+                    data = (await self.owner.issue_token(self.pod, source, ttl)).encode()
+                    self._token_files.append((path / f.path, source, ttl))
+                _write(path / f.path, data, f.mode)
+
+    async def _refresh_tokens(self) -> None:
+        while True:
+            ttl = min(t for _, _, t in self._token_files)
+            await asyncio.sleep(max(ttl * 0.8, 1.0))
+            for file, source, ttl_s in self._token_files:
+                try:
+                    token = await self.owner.issue_token(self.pod, source, ttl_s)
+                except Exception as exc:
+                    log.warning("pod %s/%s: token refresh failed: %s", self.namespace, self.name, exc)
+                    continue
+                _write(file, token.encode(), file.stat().st_mode)
+
+    def _stop_refresh(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
+
+    # -- containers
+
+    def _base_env(self, c: ContainerRun) -> dict[str, str]:
+        api = urlparse(self.owner.api.url)
+        host, port = api.hostname or "127.0.0.1", str(api.port or 443)
+        proto = f"tcp://{host}:{port}"
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(self.dir),
+            "HOSTNAME": self.name,
+            "PYTHONUNBUFFERED": "1",
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": proto,
+            "KUBERNETES_PORT_443_TCP": proto,
+            "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+            "KUBERNETES_PORT_443_TCP_PORT": port,
+            "KUBERNETES_PORT_443_TCP_ADDR": host,
+            "GPUCLUSTER_BIND_ADDRESS": self.ip,
+        }
+        for name in ("LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        mounts = self.mounts.get(c.name, [])
+        if podenv.SERVICEACCOUNT_PATH in [m.rstrip("/") for m in mounts]:
+            env["GPUCLUSTER_SERVICEACCOUNT_DIR"] = str(self.dir) + podenv.SERVICEACCOUNT_PATH
+        if "/tmp" in [m.rstrip("/") for m in mounts]:
+            env["TMPDIR"] = str(self.dir / "tmp")
+        return env
+
+    def _command(self, c: ContainerRun) -> tuple[list[str], dict[str, str], Path]:
+        entry = podenv.entrypoint_for(
+            str(c.spec.get("image") or ""), self.owner.options.entrypoints, self.owner.defaults
+        )
+        if entry is None:
+            raise podenv.ConfigError(f"image {c.spec.get('image')!r} cannot run as a process")
+        remap = podenv.remapper(self.dir, self.mounts.get(c.name, []))
+        env = podenv.container_env(self._ctx(), c.spec, self._base_env(c), [x.spec for x in self.containers], remap)
+        if entry.kubeconfig:
+            env.setdefault("KUBECONFIG", str(self._kubeconfig(c)))
+        argv = podenv.argv_for(c.spec, entry, env, remap)
+        workdir = self.dir
+        if c.spec.get("workingDir"):
+            workdir = self.dir / str(c.spec["workingDir"]).lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        return argv, env, workdir
+
+    def _kubeconfig(self, c: ContainerRun) -> Path:
+        sa_dir = self.dir / podenv.SERVICEACCOUNT_PATH.lstrip("/")
+        ca = sa_dir / "ca.crt"
+        if not ca.exists():
+            ca = self.dir / ".kube" / "ca.crt"
+            _write(ca, self.owner.api.ca_pem.encode(), 0o644)
+        user: Obj = {}
+        if (sa_dir / "token").exists() and podenv.SERVICEACCOUNT_PATH in self.mounts.get(c.name, []):
+            user = {"tokenFile": str(sa_dir / "token")}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "in-cluster", "cluster": {"server": self.owner.api.url, "certificate-authority": str(ca)}}
+            ],
+            "users": [{"name": "pod", "user": user}],
+            "contexts": [
+                {"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "pod", "namespace": self.namespace}}
+            ],
+            "current-context": "in-cluster",
+        }
+        path = self.dir / ".kube" / f"{c.name}.kubeconfig"
+        _write(path, yaml.safe_dump(config).encode(), 0o600)
+        return path
+
+    async def _start_process(self, c: ContainerRun) -> bool:
+        """Start the container's process; False (state waiting, retried) when it cannot be configured."""
+        try:
+            argv, env, workdir = self._command(c)
+        except podenv.ConfigError as exc:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+            self._notify()
+            return False
+        current, previous = self.log_path(c.name), self.log_path(c.name, previous=True)
+        if current.exists():
+            os.replace(current, previous)
+        with open(current, "ab") as out:
+            try:
+                c.proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    env=env,
+                    cwd=workdir,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_pdeathsig,
+                )
+            except OSError as exc:
+                c.state = {
+                    "waiting": {"reason": "RunContainerError", "message": f"exec: {argv[0]!r}: {exc.strerror or exc}"}
+                }
+                self._notify()
+                return False
+        digest = hashlib.sha256(f"{self.uid}/{c.name}/{c.restart_count}/{c.proc.pid}".encode()).hexdigest()
+        c.container_id = f"containerd://{digest}"
+        c.state = {"running": {"startedAt": _now()}}
+        c.exit_code = None
+        c.killed_for = ""
+        return True
+
+    async def _run_until_done(self, c: ContainerRun) -> bool:
+        """An init container: run to completion, restarted on failure unless restartPolicy is Never."""
+        while not self.terminating:
+            if not await self._start_process(c):
+                await asyncio.sleep(self.owner.options.config_retry)
+                continue
+            self._notify()
+            assert c.proc is not None
+            code = await c.proc.wait()
+            self._record_exit(c, code)
+            if code == 0:
+                c.ready = True
+                self._notify()
+                return True
+            if self.terminating or self.restart_policy == "Never":
+                self._notify()
+                return False
+            await self._back_off(c)
+        return False
+
+    async def _supervise(self, c: ContainerRun) -> None:
+        while not self.terminating:
+            if not await self._start_process(c):
+                await asyncio.sleep(self.owner.options.config_retry)
+                continue
+            if self.terminating:  # the pod started stopping while this process was being started
+                self._signal(c, signal.SIGKILL)
+            self._start_probes(c)
+            self._notify()
+            assert c.proc is not None
+            code = await c.proc.wait()
+            self._stop_probes(c.name)
+            self._record_exit(c, code)
+            if self.terminating:
+                return
+            restart = self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0)
+            if not restart:
+                self._notify()
+                return
+            await self._back_off(c)
+
+    def _record_exit(self, c: ContainerRun, code: int) -> None:
+        exit_code = 128 - code if code < 0 else code  # killed by a signal: 128 + signal
+        started = (c.state.get("running") or {}).get("startedAt") or _now()
+        reason = "Completed" if exit_code == 0 else "Error"
+        terminated: Obj = {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": started,
+            "finishedAt": _now(),
+            "containerID": c.container_id,
+        }
+        c.state = {"terminated": terminated}
+        c.exit_code = exit_code
+        c.ready = False
+        c.started = False
+        c.proc = None
+        c.deaths += 1
+
+    async def _back_off(self, c: ContainerRun) -> None:
+        """The kubelet's crash-loop back-off: the first restart at once, then base doubling to max."""
+        opts = self.owner.options
+        delay = 0.0 if c.deaths <= 1 else min(opts.backoff_base * 2 ** (c.deaths - 2), opts.backoff_max)
+        c.last_state = dict(c.state)
+        if delay > 0:
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {_duration(delay)} restarting failed container={c.name} "
+                    f"pod={self.name}_{self.namespace}({self.uid})",
+                }
+            }
+            self._notify()
+            await asyncio.sleep(delay)
+        c.restart_count += 1
+
+    # -- probes
+
+    def _start_probes(self, c: ContainerRun) -> None:
+        spec = c.spec
+        workers: list[ProbeWorker] = []
+        startup, readiness, liveness = spec.get("startupProbe"), spec.get("readinessProbe"), spec.get("livenessProbe")
+        c.started = startup is None
+        c.ready = readiness is None and c.started
+
+        def run_exec(command: list[str], timeout: float) -> Any:
+            return self._exec(c, command, timeout)
+
+        def after_startup() -> None:
+            if readiness is not None:
+                w = ProbeWorker("readiness", readiness, spec, self.ip, run_exec, on_ready, initial=False)
+                workers.append(w)
+                w.start()
+            else:
+                c.ready = True
+            if liveness is not None:
+                w = ProbeWorker("liveness", liveness, spec, self.ip, run_exec, on_live, initial=True)
+                workers.append(w)
+                w.start()
+
+        def on_ready(result: ProbeResult) -> None:
+            c.ready = result.success
+            self._notify()
+
+        def on_live(result: ProbeResult) -> None:
+            if not result.success:
+                self._kill_for(c, f"Container {c.name} failed liveness probe, will be restarted", liveness or {})
+
+        def on_startup(result: ProbeResult) -> None:
+            if result.success:
+                c.started = True
+                after_startup()
+                self._notify()
+            else:
+                self._kill_for(c, f"Container {c.name} failed startup probe, will be restarted", startup or {})
+
+        if startup is not None:
+            w = ProbeWorker("startup", startup, spec, self.ip, run_exec, on_startup, initial=False)
+            workers.append(w)
+            w.start()
+        else:
+            after_startup()
+        self._probes[c.name] = workers
+
+    def _stop_probes(self, name: str | None = None) -> None:
+        for key in [name] if name is not None else list(self._probes):
+            for w in self._probes.pop(key, []):
+                w.stop()
+
+    def _kill_for(self, c: ContainerRun, why: str, probe: Obj) -> None:
+        if c.proc is None or c.killed_for:
+            return
+        log.info("pod %s/%s: %s", self.namespace, self.name, why)
+        c.killed_for = why
+        grace = probe.get("terminationGracePeriodSeconds")
+        self._spawn(self._stop_container(c, float(grace if grace is not None else self.grace)))
+
+    async def _exec(self, c: ContainerRun, command: list[str], timeout: float) -> int:
+        _argv, env, workdir = self._command(c)
+        entry = podenv.entrypoint_for(
+            str(c.spec.get("image") or ""), self.owner.options.entrypoints, self.owner.defaults
+        )
+        remap = podenv.remapper(self.dir, self.mounts.get(c.name, []))
+        command = [remap(x) for x in command]
+        if entry is not None and command and Path(command[0]).name == entry.name:
+            command = [*entry.argv, *command[1:]]
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            env=env,
+            cwd=workdir,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_pdeathsig,
+        )
+        try:
+            return await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise
+
+    # -- stopping
+
+    def _signal(self, c: ContainerRun, sig: int) -> None:
+        if c.proc is not None and c.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(c.proc.pid, sig)
+
+    async def _stop_container(self, c: ContainerRun, grace: float) -> None:
+        proc = c.proc
+        if proc is None or proc.returncode is not None:
+            return
+        self._signal(c, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        except TimeoutError:
+            self._signal(c, signal.SIGKILL)
+
+    async def _terminate(self, grace: float) -> None:
+        self._stop_probes()
+        self._stop_refresh()
+        if self._task is not None and not self.initialized:
+            self._task.cancel()  # still preparing or initialising: nothing more starts
+        running = [c for c in self.all() if c.proc is not None and c.proc.returncode is None]
+        await asyncio.gather(*(self._stop_container(c, grace) for c in running), return_exceptions=True)
+        for c in running:
+            if c.proc is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.proc.wait(), 5)
+        # Let the supervisors record the exits, then report.
+        for _ in range(100):
+            if all(c.proc is None for c in running):
+                break
+            await asyncio.sleep(0.01)
+        for c in self.all():
+            if "terminated" not in c.state:
+                # What the kubelet reports for a container that was not running when the pod stopped.
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "startedAt": None,
+                        "finishedAt": _now(),
+                    }
+                }
+            c.ready = False
+        self.finished = True
+        self._notify()
+
+
+class TokenUnavailable(Exception):
+    pass
+
+
+def _duration(seconds: float) -> str:
+    """Go's time.Duration.String for whole and fractional seconds and minutes."""
+    if seconds >= 60:
+        minutes, rest = divmod(int(seconds), 60)
+        return f"{minutes}m{rest}s"
+    return f"{seconds:g}s"
+
+
+class ProcessRuntime:
+    """Every process pod of the sandbox: start, status, logs, stop."""
+
+    def __init__(self, core: ApiCore, options: RuntimeOptions | None = None) -> None:
+        self.core = core
+        self.options = options or RuntimeOptions()
+        self.defaults = podenv.default_entrypoints()
+        self._own_root = self.options.root is None
+        self.root = self.options.root or Path(tempfile.mkdtemp(prefix="gpucluster-sandbox-pods-"))
+        self.api = ApiEndpoint("https://127.0.0.1:443", "")
+        self.pods: dict[tuple[str, str], PodRuntime] = {}
+        self.notify: Callable[[tuple[str, str]], None] = lambda key: None
+        self._ips: dict[str, tuple[str, str]] = {}
+        self._next_ip = 0
+
+    def runs(self, pod: Obj) -> bool:
+        return podenv.pod_runs_locally(pod, self.options.entrypoints, self.defaults)
+
+    def lookup(self, namespace: str) -> Callable[[str, str], Obj | None]:
+        def get(plural: str, name: str) -> Obj | None:
+            return self.core.store.get(("", plural), namespace, name)
+
+        return get
+
+    async def issue_token(self, pod: Obj, source: Obj, ttl: int) -> str:
+        authn = getattr(self.core, "authn", None)
+        issue = getattr(authn, "issue_service_account_token", None)
+        if issue is None:
+            raise TokenUnavailable("the sandbox issues no service-account tokens")
+        md, spec = pod["metadata"], pod.get("spec") or {}
+        audience = source.get("audience")
+        try:
+            result = issue(
+                str(md["namespace"]),
+                str(spec.get("serviceAccountName") or "default"),
+                audiences=[str(audience)] if audience else None,
+                expiration_seconds=ttl,
+                bound_pod=pod,
+            )
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # an ApiError (no such ServiceAccount) or the issuer's own
+            raise TokenUnavailable(str(getattr(exc, "message", None) or exc)) from None
+        return str(result[0] if isinstance(result, tuple) else result)
+
+    def allocate_ip(self, key: tuple[str, str]) -> str:
+        used = {ip for ip, _ in self._ips.values()}
+        while True:
+            self._next_ip += 1
+            # 127.1.0.1 upwards, skipping .0 and .255 host parts (some tools refuse them).
+            candidate = str(ipaddress.IPv4Address("127.1.0.0") + self._next_ip)
+            if candidate.endswith((".0", ".255")) or candidate in used:
+                continue
+            return candidate
+
+    def start(self, pod: Obj, host_ip: str) -> PodRuntime:
+        key = (str(pod["metadata"]["namespace"]), str(pod["metadata"]["name"]))
+        ip = self.allocate_ip(key)
+        self._ips[str(pod["metadata"].get("uid"))] = (ip, key[0])
+        runtime = PodRuntime(self, pod, ip, host_ip)
+        self.pods[key] = runtime
+        runtime.start()
+        return runtime
+
+    def get(self, key: tuple[str, str]) -> PodRuntime | None:
+        return self.pods.get(key)
+
+    def log_file(self, namespace: str, name: str, container: str, *, previous: bool = False) -> LogFile | None:
+        runtime = self.pods.get((namespace, name))
+        c = runtime.container(container) if runtime is not None else None
+        if runtime is None or c is None:
+            return None
+        path = runtime.log_path(container, previous=previous)
+        if not path.exists():
+            return None
+        return LogFile(path, (lambda: False) if previous else (lambda: c.running))
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The pod is gone: stop what still runs (in the background) and remove its directory."""
+        runtime = self.pods.pop(key, None)
+        if runtime is None:
+            return
+        self._ips.pop(runtime.uid, None)
+
+        async def stop() -> None:
+            if not runtime.finished:
+                runtime.terminate()
+                while not runtime.finished:
+                    await asyncio.sleep(0.05)
+            runtime.cleanup()
+
+        asyncio.get_running_loop().create_task(stop())
+
+    async def stop(self) -> None:
+        pods, self.pods = list(self.pods.values()), {}
+        await asyncio.gather(*(p.kill() for p in pods), return_exceptions=True)
+        for p in pods:
+            p.cleanup()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _condition(kind: str, ok: bool, now: str, previous: Mapping[str, Obj], reason: str = "", message: str = "") -> Obj:
+    before = previous.get(kind)
+    status = "True" if ok else "False"
+    since = before.get("lastTransitionTime") if before and before.get("status") == status else now
+    out: Obj = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
+    if not ok and reason:
+        out["reason"] = reason
+        if message:
+            out["message"] = message
+    return out
+
+
+def phase(runtime: PodRuntime) -> str:
+    """The kubelet's getPhase over the runtime's containers."""
+    if runtime.init_failed:
+        return "Failed"
+    if not runtime.initialized:
+        return "Failed" if runtime.finished else "Pending"
+    states = [c.state for c in runtime.containers]
+    codes = [t.get("exitCode") for s in states if (t := s.get("terminated")) is not None]
+    if runtime.finished and len(codes) == len(states):
+        return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+    if any("running" in s for s in states):
+        return "Running"
+    if any(c.restart_count or c.deaths for c in runtime.containers):
+        return "Running"  # waiting to restart
+    return "Pending"
+
+
+def pod_status(pod: Obj, runtime: PodRuntime, now: str, image_id: Callable[[str], str]) -> Obj:
+    """The status the kubelet reports for a process pod."""
+    status = dict(pod.get("status") or {})
+    previous = {str(c.get("type")): c for c in status.get("conditions") or []}
+    current = phase(runtime)
+    terminal = current in ("Succeeded", "Failed")
+
+    def container_status(c: ContainerRun) -> Obj:
+        image = str(c.spec.get("image") or "")
+        out: Obj = {
+            "name": c.name,
+            "image": image,
+            "imageID": image_id(image) if c.container_id else "",
+            "restartCount": c.restart_count,
+            "ready": c.ready and not terminal,
+            "started": c.started and c.running,
+            "state": c.state,
+            "lastState": c.last_state,
+        }
+        if c.container_id:
+            out["containerID"] = c.container_id
+        if c.init:
+            out["started"] = c.running
+        return out
+
+    unready = [c.name for c in runtime.containers if not (c.ready and not terminal)]
+    incomplete = [c.name for c in runtime.init if "terminated" not in c.state or c.state["terminated"].get("exitCode")]
+    ready_reason = "PodCompleted" if terminal else "ContainersNotReady"
+    ready_message = "" if terminal else f"containers with unready status: [{' '.join(unready)}]"
+    scheduled = previous.get("PodScheduled") or {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": now,
+    }
+    conditions = [
+        _condition("PodReadyToStartContainers", runtime.sandbox_ready and not runtime.finished, now, previous),
+        _condition(
+            "Initialized",
+            runtime.initialized,
+            now,
+            previous,
+            "ContainersNotInitialized",
+            f"containers with incomplete status: [{' '.join(incomplete)}]",
+        ),
+        _condition("Ready", not unready, now, previous, ready_reason, ready_message),
+        _condition("ContainersReady", not unready, now, previous, ready_reason, ready_message),
+        scheduled,
+    ]
+    status.update(
+        phase=current,
+        conditions=conditions,
+        hostIP=runtime.host_ip,
+        hostIPs=[{"ip": runtime.host_ip}],
+        podIP=runtime.ip,
+        podIPs=[{"ip": runtime.ip}],
+        startTime=status.get("startTime") or now,
+        containerStatuses=[container_status(c) for c in runtime.containers],
+    )
+    if runtime.init:
+        status["initContainerStatuses"] = [container_status(c) for c in runtime.init]
+    if runtime.message:
+        status["message"] = runtime.message
+    else:
+        status.pop("message", None)
+    status.pop("reason", None)
+    return status
