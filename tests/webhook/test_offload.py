@@ -1,0 +1,158 @@
+"""The allocator off the event loop: a worker process with a deadline, in the webhook and the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.explain import Explainer
+from gpucluster.clusterstate import ClusterState
+from gpucluster.dra import simulate, worker
+from gpucluster.dra.worker import AllocatorWorker
+from tests.webhook.pods import container, pod
+from tests.webhook.reviews import review
+from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
+from webhook.server import INFLIGHT_KEY
+
+GPU_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+             "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}  # fmt: skip
+
+
+def claim(count: int, name: str = "train") -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}]}}}  # fmt: skip
+
+
+def cluster(nodes: int) -> list[dict[str, Any]]:
+    return [
+        GPU_CLASS,
+        *simulate.cluster_slices(nodes, 8, model="H100"),
+        *simulate.cluster_nodes(nodes, 8, model="H100"),
+    ]
+
+
+# Nine GPUs on 8-GPU nodes: today's search takes seconds over 16 nodes before it says no (issue 15).
+SLOW = claim(9)
+
+
+@pytest.fixture
+def checker() -> Iterator[AllocatorWorker]:
+    w = AllocatorWorker(deadline=5)
+    w.start()
+    yield w
+    w.close()
+
+
+def test_answers_come_from_the_worker(checker: AllocatorWorker) -> None:
+    objects = cluster(2)
+    assert checker.check([claim(2)], objects).reason is None
+    result = checker.check([claim(9)], objects)
+    assert not result.cut_short and "need 9 on one node" in (result.reason or "")
+    bad = checker.check([{"kind": "ResourceClaim", "metadata": {"name": "x"}, "spec": {"devices": 3}}], objects)
+    assert bad.reason and not bad.cut_short  # input errors are the reason itself
+
+
+def test_past_the_deadline_the_check_is_cut_short_and_the_worker_replaced(checker: AllocatorWorker) -> None:
+    objects = cluster(16)
+    started = time.monotonic()
+    result = checker.check([SLOW], objects, deadline=0.4)
+    took = time.monotonic() - started
+    assert result.incomplete == "feasibility check cut short after 0.4s" and result.reason is None
+    assert 0.4 <= took < 1.5  # no late answer
+    again = checker.check([claim(1)], objects)  # a fresh worker, the cluster sent again
+    assert again.reason is None and not again.cut_short and checker.cut_short == 1
+
+
+def test_a_check_queued_behind_a_slow_one_is_cut_short_at_its_own_deadline(checker: AllocatorWorker) -> None:
+    async def both() -> tuple[worker.Feasibility, worker.Feasibility, float]:
+        objects = cluster(16)
+        slow = asyncio.create_task(asyncio.to_thread(checker.check, [SLOW], objects, deadline=2))
+        await asyncio.sleep(0)  # the slow one takes the only worker first
+        started = time.monotonic()
+        queued = await asyncio.to_thread(checker.check, [claim(1)], objects, deadline=0.3)
+        waited = time.monotonic() - started
+        return await slow, queued, waited
+
+    slow, queued, waited = asyncio.run(both())
+    assert queued.cut_short and waited < 1.5
+    assert slow.cut_short
+
+
+async def test_a_slow_claim_review_does_not_delay_pod_reviews(tmp_path: Path) -> None:
+    """One claim review runs into the deadline while 20 pod reviews are answered quickly."""
+    worker.configure(deadline=3.0)
+    try:
+        srv, task = await start(tmp_path, FAST, ClusterState.from_objects(cluster(16)))
+        try:
+            ctx = srv.client_context()
+            body = json.dumps(review(SLOW, namespace="ml")).encode()
+            reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
+            writer.write(head(len(body), keep_alive=False) + body)
+            claim_started = time.monotonic()
+            slow = asyncio.create_task(closed_by_server(reader, 10))
+
+            async def pod_review(i: int) -> float:
+                p = pod(container("cuda", {"nvidia.com/gpu": "1"}), name=f"p-{i}")
+                data = json.dumps(review(p, namespace="ml")).encode()
+                r, w = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
+                started = time.monotonic()
+                w.write(head(len(data), keep_alive=False).replace(b"/validate", b"/mutate") + data)
+                answer = await closed_by_server(r, 5)
+                w.close()
+                assert answer.startswith(b"HTTP/1.1 200") and b"JSONPatch" in answer
+                return time.monotonic() - started
+
+            async with asyncio.timeout(5):  # the claim review is now being answered (waiting for the allocator)
+                while srv.app[INFLIGHT_KEY].count < 1:  # type: ignore[index]
+                    await asyncio.sleep(0.01)
+            latencies = await asyncio.gather(*(pod_review(i) for i in range(20)))
+            assert not slow.done(), "the claim review should still be in flight"
+            assert max(latencies) < 1.0, latencies
+            answer = await slow
+            writer.close()
+            took = time.monotonic() - claim_started
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+            response = json.loads(answer.split(b"\r\n\r\n", 1)[1])["response"]
+            assert response["allowed"] is True
+            assert response["warnings"] == ["feasibility check cut short after 3s"]
+            assert 3.0 <= took < 6.0
+        finally:
+            srv.stop.set()
+            await asyncio.wait_for(task, 10)
+    finally:
+        worker.configure(deadline=worker.DEFAULT_DEADLINE)
+
+
+async def test_the_controller_explainer_uses_the_worker_and_its_deadline() -> None:
+    pending = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml", "uid": "u1"},
+               "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "train"}], "containers": [{"name": "c"}]},
+               "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}  # fmt: skip
+    state = ClusterState.from_objects([*cluster(16), SLOW, pending])
+    w = AllocatorWorker(deadline=0.5)
+    try:
+        loop_ticks = 0
+
+        async def ticker() -> None:
+            nonlocal loop_ticks
+            while True:
+                loop_ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        [(explained, claims, reason)] = await Explainer(state, worker=w).explanations_offloaded()
+        ticking.cancel()
+        assert explained["metadata"]["name"] == "p" and claims[0]["metadata"]["name"] == "train"
+        assert reason == "feasibility check cut short after 0.5s"
+        assert loop_ticks >= 20  # the event loop kept running meanwhile
+        state2 = ClusterState.from_objects([*cluster(2), claim(9), pending])
+        w.deadline = 10  # a fresh worker: start-up and CEL compilation are part of the first check
+        [(_, _, reason)] = await Explainer(state2, worker=w).explanations_offloaded()
+        assert "need 9 on one node" in reason
+    finally:
+        w.close()
