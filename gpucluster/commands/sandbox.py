@@ -42,8 +42,12 @@ def register(subparsers: Subparsers) -> None:
         ("resourceclaims", "the resourceclaim controller (claims from templates)"),
         ("scheduler", "the scheduler (DRA allocation, binding, FailedScheduling events)"),
         ("kubelet", "the kubelet (bound pods become Running)"),
+        ("process-pods", "running pods of the gpucluster and registry.k8s.io/kubectl images as local processes"),
+        ("jobs", "the Job controller (batch/v1 Jobs create pods)"),
+        ("endpoints", "the EndpointSlice controller (Services get the endpoints of the pods they select)"),
     ):
-        parser.add_argument(f"--no-{name}", dest=f"no_{name}", action="store_true", help=f"switch off {what}")
+        dest = "no_" + name.replace("-", "_")
+        parser.add_argument(f"--no-{name}", dest=dest, action="store_true", help=f"switch off {what}")
     parser.add_argument("--no-simulation", action="store_true", help="switch off every simulated controller")
     parser.add_argument(
         "--kubeconfig-out",
@@ -90,6 +94,9 @@ def simulation_options(args: argparse.Namespace, mix: str) -> SimulationOptions 
         resourceclaims=not (off or args.no_resourceclaims),
         scheduler=not (off or args.no_scheduler),
         kubelet=not (off or args.no_kubelet),
+        processes=not (off or args.no_process_pods),
+        jobs=not (off or args.no_jobs),
+        endpoints=not (off or args.no_endpoints),
     )
 
 

@@ -60,7 +60,8 @@ class SimulationOptions:
     process_root: Path | None = None
     """Where process pods get their directories (default: a new directory in the system temp dir)."""
     restart_backoff: tuple[float, float] = (10.0, 300.0)
-    """Crash-loop back-off of process containers: first delay and cap (the kubelet's 10 s / 300 s)."""
+    """Crash-loop back-off of process containers and the Job controller's delay before replacing a
+    failed pod: first delay and cap (the kubelet's 10 s / 300 s; the Job controller's cap is 360 s)."""
     process_images: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """More images to run as processes: repository -> argv standing for the image's entrypoint."""
 
@@ -98,7 +99,8 @@ class SimulatedCluster:
                 )
             self.controllers.append(Kubelet(core, self.runtime))
         if opts.jobs and self.pods_run:
-            self.controllers.append(JobController(core))
+            base, cap = opts.restart_backoff
+            self.controllers.append(JobController(core, backoff_base=base, backoff_max=cap))
         if opts.endpoints:
             ensure_endpointslices(core.registry)
             self.controllers.append(EndpointSliceController(core))
