@@ -22,8 +22,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from controller.explain import REASON as EXPLAIN_REASON
 from controller.explain import Explainer
+from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from controller.reconcile import Reconciler, owned_resources
 from controller.status import PERMISSION_DENIED
+from controller.stranded import StrandedPods
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
@@ -65,6 +67,8 @@ class Controller:
         min_interval: float = 0.2,
         identity: str | None = None,
         leader_election: bool = True,
+        template_grace_period: float = DEFAULT_GRACE_PERIOD,
+        delete_stranded_pods: bool = False,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -80,6 +84,13 @@ class Controller:
         self.passes = 0
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.leader_election = leader_election
+        # Claim templates of translated pods (the webhook creates nothing) and pods stranded
+        # untranslated while the webhook was down: see controller/provision.py, controller/stranded.py.
+        registry = self.metrics.registry
+        self.provisioner = Provisioner(
+            kube, event=self.reconciler.event, leads=self._leads, grace_period=template_grace_period, registry=registry
+        )
+        self.stranded = StrandedPods(self.state, namespace, delete=delete_stranded_pods, registry=registry)
 
     def _resources(self) -> list[Resource]:
         owned = owned_resources(self.namespace)
@@ -92,7 +103,9 @@ class Controller:
     def problems(self) -> list[str]:
         """Why the caches cannot be trusted: refusals (403 first) of the reflectors, one line each."""
         out = []
-        for reflector in sorted(self.reflectors, key=lambda r: r.error is None or r.error.status != 403):
+        for reflector in sorted(
+            [*self.reflectors, *self.provisioner.reflectors], key=lambda r: r.error is None or r.error.status != 403
+        ):
             exc = reflector.error
             if exc is None:
                 continue
@@ -137,6 +150,7 @@ class Controller:
         resources = self._resources()
         self.reflectors = [Reflector(self.kube, r, self.state, on_event=self._on_event) for r in resources]
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(r.run()) for r in self.reflectors]
+        tasks.append(asyncio.create_task(self.provisioner.run(stop)))
         elector = None
         if self.leader_election:
             from controller.leader import LeaderElector
@@ -185,6 +199,7 @@ class Controller:
                 for pod, claims, reason in await self.explainer.explanations_offloaded():
                     for obj in (pod, *claims):
                         await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
+                await self.stranded.run_pass(self.reconciler.event, self.reconciler.delete)
                 self.metrics.reconciles.labels("ok").inc()
                 backoff = 0.5
             except (KubeError, OSError, TimeoutError) as exc:
@@ -231,9 +246,14 @@ async def run_controller(
     *,
     health_port: int | None = None,
     leader_election: bool = True,
+    template_grace_period: float = DEFAULT_GRACE_PERIOD,
+    delete_stranded_pods: bool = False,
 ) -> Controller:
     """Run the controller until ``stop`` is set; serves /healthz, /readyz, /metrics on ``health_port``."""
-    controller = Controller(kube, namespace=namespace, env=env, leader_election=leader_election)
+    controller = Controller(
+        kube, namespace=namespace, env=env, leader_election=leader_election,
+        template_grace_period=template_grace_period, delete_stranded_pods=delete_stranded_pods,
+    )  # fmt: skip
     runner = None
     if health_port is not None:
         runner = web.AppRunner(health_app(controller), access_log=None)

@@ -12,7 +12,7 @@ import signal
 from controller.runtime import run_controller
 from gpucluster import logs
 from gpucluster.commands import Subparsers
-from gpucluster.errors import EXIT_OK
+from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube
 
 
@@ -29,6 +29,18 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics")
     parser.add_argument("--no-leader-election", action="store_true", help="reconcile without holding the Lease")
+    parser.add_argument(
+        "--claim-template-grace-period",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="keep a ResourceClaimTemplate created for translated pods this long after no pod refers to it (600)",
+    )
+    parser.add_argument(
+        "--delete-stranded-pods",
+        action="store_true",
+        help="delete controller-owned pods admitted untranslated while the webhook was down, so they are recreated",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
@@ -45,6 +57,7 @@ async def _main(args: argparse.Namespace) -> None:
         await run_controller(
             kube, args.namespace, dict(os.environ), stop,
             health_port=args.health_port, leader_election=not args.no_leader_election,
+            template_grace_period=args.claim_template_grace_period, delete_stranded_pods=args.delete_stranded_pods,
         )  # fmt: skip
     finally:
         await kube.close()
@@ -52,6 +65,8 @@ async def _main(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
+    if args.claim_template_grace_period < 0:
+        raise InputError(f"--claim-template-grace-period {args.claim_template_grace_period}: must not be negative")
     gc.collect()
     gc.freeze()
     asyncio.run(_main(args))

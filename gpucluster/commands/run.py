@@ -186,6 +186,7 @@ class RunOptions:
     webhook_url: str | None = None
     translation_mode: str = "auto"
     controller: bool = True
+    template_grace_period: float = 600.0  # claim templates of translated pods no pod refers to any more
     sandbox: bool | None = None  # None: decide from cluster_configured()
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -220,6 +221,8 @@ class Stack:
         await self._start_webhook()
         if opts.controller:
             self._start_controller()
+        else:
+            self._start_provisioner()
 
     # ------------------------------------------------------------ sandbox
 
@@ -374,10 +377,32 @@ class Stack:
         env["OPERATOR_NAMESPACE"] = self.options.namespace
         self._tasks.append(
             asyncio.create_task(
-                run_controller(self.kube, self.options.namespace, env, self.stop_event, leader_election=False)
+                run_controller(
+                    self.kube,
+                    self.options.namespace,
+                    env,
+                    self.stop_event,
+                    leader_election=False,
+                    template_grace_period=self.options.template_grace_period,
+                )
             )
         )
         self.controller_started = True
+
+    def _start_provisioner(self) -> None:
+        """Webhook only: still provision the claim templates translated pods refer to (the webhook creates none)."""
+        from controller.provision import Provisioner
+
+        assert self.kube is not None
+        kube = self.kube
+
+        async def event(obj: Any, type_: str, reason: str, message: str) -> None:
+            log.warning(
+                "pod %s/%s: %s: %s", obj["metadata"].get("namespace"), obj["metadata"].get("name"), reason, message
+            )
+
+        provisioner = Provisioner(kube, event=event, grace_period=self.options.template_grace_period)
+        self._tasks.append(asyncio.create_task(provisioner.run(self.stop_event)))
 
     # ------------------------------------------------------------ stop
 

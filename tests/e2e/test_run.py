@@ -170,6 +170,11 @@ def test_legacy_pod_is_translated_scheduled_and_runs(stack: Stack) -> None:
     [claim_ref] = pod["spec"]["resourceClaims"]
     template = claim_ref["resourceClaimTemplateName"]
     assert "nvidia.com/gpu" not in json.dumps(pod["spec"]["containers"][0]["resources"].get("limits", {}))
+    # The controller side provisions the template once the pod exists (the webhook creates nothing).
+    wait_for(
+        "the claim template",
+        lambda: kubectl(stack, "get", "resourceclaimtemplate", template, check=False).returncode == 0,
+    )
     assert get_json(stack, "resourceclaimtemplate", template)["spec"]["spec"]["devices"]["requests"]
     running = wait_for(
         "the pod to run", lambda: (p := get_json(stack, "pod", "legacy"))["status"].get("phase") == "Running" and p

@@ -1,0 +1,147 @@
+"""Pods admitted untranslated while the webhook was unavailable (fail-open), and stranded for it.
+
+On a DRA-only cluster no node advertises ``nvidia.com/gpu``: such a pod stays Pending on
+"Insufficient nvidia.com/gpu" forever, and claims cannot be added to an existing pod. A pod is
+stranded when it is Pending and unscheduled, the scheduler found it Unschedulable, it carries no
+ResourceClaim, still requests a translatable extended resource (``nvidia.com/gpu``,
+``nvidia.com/mig-*``), and nothing says it was left untranslated on purpose (opt-out label or
+annotation, the operator namespace, a mirror pod, a DeviceClass that maps the resource natively).
+
+Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. With
+``delete=True`` (opt-in) a stranded pod that a controller owns (an ownerReference with
+``controller: true``) is deleted, so that its ReplicaSet, Job or StatefulSet creates it again
+through the webhook; bare pods are only reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.translate import DEFAULT_CONFIG, gpu_resources
+
+log = logging.getLogger("gpucluster.controller.stranded")
+
+REASON = "UntranslatedGPURequest"
+MESSAGE = (
+    "admitted without translation while the webhook was unavailable; recreate it "
+    "(it requests {resources} and carries no ResourceClaim, which no DRA node can satisfy)"
+)
+DELETED_MESSAGE = (
+    "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
+)
+TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"  # webhook.settings.TRANSLATE_LABEL
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    )
+
+
+def _opted_out(pod: Mapping[str, Any], state: ClusterState) -> bool:
+    meta = metadata(pod)
+    for values in (meta.get("labels"), meta.get("annotations")):
+        if isinstance(values, dict) and str(values.get(TRANSLATE_LABEL, "")).lower() == "false":
+            return True
+    labels = state.namespace_labels(str(meta.get("namespace") or "")) or {}
+    return labels.get(TRANSLATE_LABEL, "").lower() == "false"
+
+
+def _native(state: ClusterState) -> set[str]:
+    names = set()
+    for device_class in state.list("DeviceClass"):
+        name = (device_class.get("spec") or {}).get("extendedResourceName")
+        if isinstance(name, str) and name:
+            names.add(name)
+    return names
+
+
+def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_namespace: str) -> list[str]:
+    """The translatable resources a stranded pod requests (empty when the pod is not stranded)."""
+    meta = metadata(pod)
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, dict) or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return []
+    if spec.get("nodeName") or spec.get("resourceClaims") or meta.get("deletionTimestamp"):
+        return []
+    if meta.get("namespace") == operator_namespace or not _unschedulable(pod):
+        return []
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    if MIRROR_ANNOTATION in (annotations or {}) or DEFAULT_CONFIG.annotation in (annotations or {}):
+        return []
+    wanted = {r for counts in gpu_resources(spec).values() for r in counts}
+    wanted -= _native(state)
+    if not wanted or _opted_out(pod, state):
+        return []
+    return sorted(wanted)
+
+
+def controlled(pod: Mapping[str, Any]) -> bool:
+    return any(isinstance(r, dict) and r.get("controller") is True for r in metadata(pod).get("ownerReferences") or [])
+
+
+@dataclass
+class StrandedPods:
+    """Finds stranded pods in the controller's cache of Pending pods; reports each once."""
+
+    state: ClusterState
+    operator_namespace: str
+    delete: bool = False
+    registry: CollectorRegistry | None = None
+    _reported: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        registry = self.registry or CollectorRegistry()
+        self.gauge = Gauge(
+            "gpucluster_controller_stranded_pods",
+            "Pending pods that request nvidia.com/gpu or nvidia.com/mig-* untranslated and carry no claim.",
+            registry=registry,
+        )
+        self.deleted = Counter(
+            "gpucluster_controller_stranded_pods_deleted",
+            "Stranded pods deleted so that their controller recreates them through the webhook.",
+            registry=registry,
+        )
+
+    def find(self) -> list[tuple[KubeObject, list[str]]]:
+        found = []
+        for pod in self.state.list("Pod"):
+            resources = stranded_resources(pod, self.state, self.operator_namespace)
+            if resources:
+                found.append((pod, resources))
+        return found
+
+    async def run_pass(
+        self,
+        event: Callable[[Mapping[str, Any], str, str, str], Awaitable[None]],
+        delete: Callable[[Mapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        found = self.find()
+        self.gauge.set(len(found))
+        live = set()
+        for pod, resources in found:
+            uid = str(metadata(pod).get("uid") or metadata(pod).get("name"))
+            live.add(uid)
+            names = ", ".join(resources)
+            obj = {"apiVersion": "v1", "kind": "Pod", **pod}
+            if uid not in self._reported:
+                self._reported.add(uid)
+                log.warning(
+                    "stranded pod namespace=%s name=%s resources=%s",
+                    metadata(pod).get("namespace"), metadata(pod).get("name"), names,
+                )  # fmt: skip
+                await event(obj, "Warning", REASON, MESSAGE.format(resources=names))
+            if self.delete and controlled(pod):
+                await delete(obj)
+                self.deleted.inc()
+                await event(obj, "Normal", REASON, DELETED_MESSAGE.format(resources=names))
+        self._reported &= live
