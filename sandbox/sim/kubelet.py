@@ -43,6 +43,8 @@ PODS = ("", "pods")
 DAEMONSETS = ("apps", "daemonsets")
 SLICES = ("resource.k8s.io", "resourceslices")
 CLAIMS = ("resource.k8s.io", "resourceclaims")
+SECRETS = ("", "secrets")
+CONFIGMAPS = ("", "configmaps")
 
 # MIG layouts of the "-mig" mix entries: every other GPU (minor 0, 2, ...) is partitioned,
 # alternating between seven 1g devices and a 3g + 2g + 1g split.
@@ -399,6 +401,11 @@ class Kubelet(Controller):
             ours = self.runtime is not None and self.runtime.get(key) is not None
             if ours or (event.type != DELETED and (self._wants(event.obj) or self._stopping(event.obj))):
                 self.enqueue(key)
+            return
+        if event.resource in (SECRETS, CONFIGMAPS):
+            if self.runtime is not None:
+                md = meta(event.obj)
+                self.runtime.object_changed(event.resource[1], str(md.get("namespace")), str(md.get("name")))
             return
         if event.type == DELETED:
             return

@@ -148,6 +148,7 @@ class PodRuntime:
         self._probes: dict[str, list[ProbeWorker]] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._token_files: list[tuple[Path, Obj, int]] = []
+        self._volume_specs: list[Obj] = []
         self.volumes: dict[str, Path] = {}
         self.mounts: dict[str, list[str]] = {}  # container -> mount paths
 
@@ -284,6 +285,7 @@ class PodRuntime:
             self._refresh = asyncio.get_running_loop().create_task(self._refresh_tokens())
 
     async def _materialise(self, volumes: list[Obj]) -> None:
+        self._volume_specs = volumes
         ctx = self._ctx()
         self._token_files = []
         pending: list[tuple[Obj, Obj]] = []
@@ -309,6 +311,27 @@ class PodRuntime:
                     data = (await self.owner.issue_token(self.pod, source, ttl)).encode()
                     self._token_files.append((path / f.path, source, ttl))
                 _write(path / f.path, data, f.mode)
+
+    def refresh(self, plural: str, name: str) -> None:
+        """Secret or ConfigMap ``name`` changed: rewrite the files of the volumes made from it, as the
+        kubelet's periodic sync does (here at once). Volumes with a token are left alone."""
+        if not self.sandbox_ready:
+            return
+        ctx = self._ctx()
+        for vol in self._volume_specs:
+            sources = (vol.get("projected") or {}).get("sources") or [vol]
+            if any("serviceAccountToken" in src for src in sources):
+                continue
+            if not any(_names(src, plural, name) for src in sources):
+                continue
+            try:
+                files = podenv.volume_files(ctx, vol, lambda source: "", self.owner.api.ca_pem)
+            except podenv.ConfigError:
+                continue  # a kubelet keeps the last good files
+            path = self.volumes.get(str(vol.get("name")))
+            for f in files or []:
+                if path is not None:
+                    _write(path / f.path, f.data, f.mode)
 
     async def _refresh_tokens(self) -> None:
         while True:
@@ -650,6 +673,16 @@ class PodRuntime:
         self._notify()
 
 
+def _names(source: Obj, plural: str, name: str) -> bool:
+    """Whether a volume (or projection) source is made from Secret/ConfigMap ``name``."""
+    if plural == "secrets" and "secret" in source:
+        spec = source["secret"]
+        return name in (spec.get("secretName"), spec.get("name"))
+    if plural == "configmaps" and "configMap" in source:
+        return bool(source["configMap"].get("name") == name)
+    return False
+
+
 class TokenUnavailable(Exception):
     pass
 
@@ -728,6 +761,11 @@ class ProcessRuntime:
 
     def get(self, key: tuple[str, str]) -> PodRuntime | None:
         return self.pods.get(key)
+
+    def object_changed(self, plural: str, namespace: str, name: str) -> None:
+        for runtime in list(self.pods.values()):
+            if runtime.namespace == namespace:
+                runtime.refresh(plural, name)
 
     def log_file(self, namespace: str, name: str, container: str, *, previous: bool = False) -> LogFile | None:
         runtime = self.pods.get((namespace, name))

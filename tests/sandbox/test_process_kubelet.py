@@ -362,3 +362,88 @@ async def test_kubectl_image_uses_the_service_account(sandbox: Sandbox) -> None:
     # authenticated as the pod's ServiceAccount: allowed (200) or refused by RBAC (403), never 401
     assert "Unauthorized" not in output and "must be logged in" not in output, output
     assert "serviceaccount/default" in output or "forbidden" in output.lower(), output
+
+
+async def test_secret_changes_reach_the_volume(sandbox: Sandbox, tmp_path: Path) -> None:
+    s = sandbox
+    await create(s, "secrets", {"metadata": {"name": "cert"}, "stringData": {"tls.crt": "one"}})
+    code = "import pathlib, sys, time\nwhile True:\n    print(pathlib.Path(sys.argv[1]).read_text(), flush=True); time.sleep(0.1)"
+    main = py("main", code, args=["-c", code, "/certs/tls.crt"], volumeMounts=[{"name": "c", "mountPath": "/certs"}])
+    await create(s, "pods", pod("reader", main, volumes=[{"name": "c", "secret": {"secretName": "cert"}}]))
+    await eventually("the first value", lambda: "one" in log_of(s, "reader"))
+    current = s.store.get(("", "secrets"), NS, "cert")
+    assert current is not None
+    await s.core.update(
+        rt(s.core, "", "v1", "secrets"), NS, "cert", {**current, "stringData": {"tls.crt": "two"}}, ctx()
+    )
+    await eventually("the new value", lambda: "two" in log_of(s, "reader"))
+
+
+async def test_follow_logs_and_the_default_container(sandbox: Sandbox) -> None:
+    s = sandbox
+    code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.2)"
+    await create(s, "pods", pod("two", py("first", code), py("second", "print('second')"), restartPolicy="Never"))
+    await eventually("running", lambda: container(s, "two", "first").get("state", {}).get("running"))
+    followed = await kubectl(s, "logs", "-f", "two", "-c", "first")
+    assert followed.returncode == 0 and followed.stdout.splitlines() == ["line 0", "line 1", "line 2"], followed.stderr
+    default = await kubectl(s, "logs", "two")  # kubectl picks the first container
+    assert default.stdout.splitlines()[0] == "line 0", default.stderr
+    missing = await kubectl(s, "logs", "two", "-c", "nope")
+    assert missing.returncode != 0 and "container nope is not valid for pod two" in missing.stderr
+
+
+async def test_stopping_the_sandbox_stops_every_process(tmp_path: Path) -> None:
+    options = SimulationOptions(
+        nodes=1, process_images={"example.com/python": [sys.executable]}, process_root=tmp_path / "p"
+    )
+    s = Sandbox(simulate=options)
+    await s.start()
+    marker = tmp_path / "pid"
+    code = f"import os, pathlib, signal, time; pathlib.Path({str(marker)!r}).write_text(str(os.getpid())); signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    try:
+        await s.core.create(
+            rt(s.core, "", "v1", "pods"),
+            NS,
+            pod("forever", py("main", code), automountServiceAccountToken=False),
+            ctx(),
+        )
+        await eventually("the process", marker.exists)
+        pid = int(marker.read_text())
+    finally:
+        await s.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())
+
+
+async def test_start_latency(sandbox: Sandbox) -> None:
+    """How long a process pod takes from creation to Ready (printed for the README)."""
+    s = sandbox
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await create(s, "pods", pod("quick", py("main", "import time; time.sleep(600)")))
+    await eventually("ready", lambda: condition(s, "quick", "Ready") == "True")
+    python_ready = loop.time() - started
+    started = loop.time()
+    main = {"name": "main", "image": GPUCLUSTER, "args": ["--version"]}
+    await create(s, "pods", pod("cli", main, restartPolicy="Never"))
+    await eventually("done", lambda: status(s, "cli").get("phase") == "Succeeded", timeout=30)
+    print(
+        f"python pod Ready in {python_ready:.2f}s; gpucluster --version pod Succeeded in {loop.time() - started:.2f}s"
+    )
+    assert python_ready < 5
+
+
+async def test_failing_init_container(sandbox: Sandbox) -> None:
+    s = sandbox
+    init = [py("init", "import sys; print('no'); sys.exit(1)")]
+    await create(s, "pods", pod("never", py("main", "print('unreached')"), initContainers=init, restartPolicy="Never"))
+    await eventually("Failed", lambda: status(s, "never").get("phase") == "Failed")
+    assert status(s, "never")["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    assert container(s, "never")["state"] == {"waiting": {"reason": "PodInitializing"}}
+    await create(s, "pods", pod("again", py("main", "print('unreached')"), initContainers=init))
+    await eventually(
+        "the init container restarting",
+        lambda: (status(s, "again").get("initContainerStatuses") or [{}])[0].get("restartCount", 0) >= 1,
+    )
+    assert status(s, "again")["phase"] == "Pending" and condition(s, "again", "Initialized") == "False"
