@@ -1,0 +1,187 @@
+"""Claim-template provisioning and stranded pods, pure parts and the I/O against a fake API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from controller.provision import CONFLICT_REASON, REFUSED_REASON, Provisioner, collectable, plan, wanted_templates
+from controller.stranded import REASON as STRANDED_REASON
+from controller.stranded import StrandedPods, stranded_resources
+from gpucluster.clusterstate import ClusterState
+from gpucluster.kube.client import KubeError
+from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
+
+
+def translated(name: str = "p", namespace: str = "ml", gpus: int = 1, **extra: Any) -> dict[str, Any]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", **extra},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+    out, translation = translate_pod(pod)
+    out["metadata"]["labels"] = {TRANSLATED_LABEL: "true"}
+    out["metadata"]["annotations"][TEMPLATES_ANNOTATION] = templates_annotation(translation.templates)
+    return out
+
+
+def none(namespace: str, name: str) -> None:
+    return None
+
+
+def test_plan_creates_what_live_pods_refer_to_once() -> None:
+    a, b = translated("a"), translated("b")
+    result = plan([a, b], none, set())
+    [(key, template)] = result.create.items()
+    assert key == ("ml", a["spec"]["resourceClaims"][0]["resourceClaimTemplateName"])
+    assert template["metadata"]["labels"]["gpucluster.nvidia.com/provisioned"] == "true"
+    assert [p["metadata"]["name"] for p in result.wanted_by[key]] == ["a", "b"]
+    done = {**a, "status": {"phase": "Succeeded"}}
+    assert plan([done], none, set()).create == {}  # a finished pod needs no claim any more
+
+
+def test_forged_annotations_are_refused() -> None:
+    pod = translated()
+    name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    specs = json.loads(pod["metadata"]["annotations"][TEMPLATES_ANNOTATION])
+    spec = specs[name]
+    spec["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "anything.example.com"
+    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps(specs)
+    assert wanted_templates(pod)[0] == {}
+    assert "not one a translation requests" in wanted_templates(pod)[1][0]
+    # A valid spec under a name that is not its content-addressed one.
+    pod = translated()
+    specs = json.loads(pod["metadata"]["annotations"][TEMPLATES_ANNOTATION])
+    [(name, spec)] = specs.items()
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "gpucluster-chosen-name"
+    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps({"gpucluster-chosen-name": spec})
+    templates, problems = wanted_templates(pod)
+    assert templates == {} and "not the one a translation gives" in problems[0]
+    # Too many devices in one template (a translation never makes one).
+    forged = translated()
+    specs = json.loads(forged["metadata"]["annotations"][TEMPLATES_ANNOTATION])
+    [(name, spec)] = specs.items()
+    spec["spec"]["devices"]["requests"][0]["exactly"]["count"] = 1000
+    forged["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps(specs)
+    assert "count must be 1 to 32" in wanted_templates(forged)[1][0]
+
+
+def test_collectable_after_the_grace_period_only() -> None:
+    template = {"metadata": {"name": "t", "namespace": "ml", "creationTimestamp": "2020-01-01T00:00:00Z"}}
+    since: dict[tuple[str, str], float] = {}
+    assert collectable([template], set(), since, 100.0, 10.0) == []
+    assert collectable([template], set(), since, 105.0, 10.0) == []
+    assert collectable([template], {("ml", "t")}, since, 109.0, 10.0) == []  # referenced again: clock resets
+    assert collectable([template], set(), since, 115.0, 10.0) == []
+    assert collectable([template], set(), since, 124.0, 10.0) == []
+    assert collectable([template], set(), since, 125.0, 10.0) == [template]
+
+
+class FakeKube:
+    def __init__(self, existing: dict[str, dict[str, Any]]) -> None:
+        self.existing = existing
+        self.requests: list[tuple[str, str]] = []
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.requests.append((method, path))
+        name = kwargs.get("body", {}).get("metadata", {}).get("name", "")
+        if method == "POST" and name in self.existing:
+            raise KubeError(409, {"reason": "AlreadyExists"}, method, path)
+        return dict(kwargs.get("body") or {})
+
+    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
+        return self.existing[path.rsplit("/", 1)[-1]]
+
+
+async def test_collision_after_admission_is_a_warning_event_once() -> None:
+    pod = translated()
+    name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    foreign = {"metadata": {"name": name, "namespace": "ml"}, "spec": {"spec": {"devices": {"requests": []}}}}
+    kube = FakeKube({name: foreign})
+    events: list[tuple[str, str, str]] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append((type_, reason, message))
+
+    provisioner = Provisioner(kube, event=event)  # type: ignore[arg-type]
+    provisioner.state.replace("Pod", [pod])
+    provisioner.state.replace("ResourceClaimTemplate", [])
+    await provisioner.reconcile()
+    await provisioner.reconcile()
+    [(type_, reason, message)] = events
+    assert (type_, reason) == ("Warning", CONFLICT_REASON) and f"ml/{name}" in message
+    assert [m for m, _ in kube.requests].count("POST") == 2  # tried again, reported once
+    assert ("PUT", f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/{name}") not in kube.requests
+
+
+async def test_refused_annotation_is_a_warning_event() -> None:
+    pod = translated()
+    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = "not json"
+    events: list[str] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append(reason)
+
+    provisioner = Provisioner(FakeKube({}), event=event)  # type: ignore[arg-type]
+    provisioner.state.replace("Pod", [pod])
+    provisioner.state.replace("ResourceClaimTemplate", [])
+    await provisioner.reconcile()
+    assert events == [REFUSED_REASON]
+
+
+def stranded_pod(name: str, *, owned: bool = False, **meta: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"uid-{name}", **meta}
+    if owned:
+        metadata["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "x", "controller": True}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+
+
+def test_which_pods_are_stranded() -> None:
+    state = ClusterState.from_objects([])
+    assert stranded_resources(stranded_pod("a"), state, "gpu-operator") == ["nvidia.com/gpu"]
+    opted = stranded_pod("b", labels={"gpucluster.nvidia.com/translate": "false"})
+    mirror = stranded_pod("c", annotations={"kubernetes.io/config.mirror": "x"})
+    fresh = stranded_pod("d")
+    fresh["status"]["conditions"] = []  # not judged by the scheduler yet
+    for pod in (opted, mirror, fresh):
+        assert stranded_resources(pod, state, "gpu-operator") == []
+    native = {
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"extendedResourceName": "nvidia.com/gpu"},
+    }
+    assert stranded_resources(stranded_pod("e"), ClusterState.from_objects([native]), "gpu-operator") == []
+
+
+async def test_stranded_pods_are_reported_once_and_deleted_only_when_owned_and_opted_in() -> None:
+    state = ClusterState.from_objects([stranded_pod("bare"), stranded_pod("owned", owned=True)])
+    events: list[tuple[str, str, str]] = []
+    deleted: list[str] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append((obj["metadata"]["name"], type_, reason))
+
+    async def delete(obj: Mapping[str, Any]) -> None:
+        deleted.append(obj["metadata"]["name"])
+
+    report_only = StrandedPods(state, "gpu-operator")
+    await report_only.run_pass(event, delete)
+    await report_only.run_pass(event, delete)
+    assert sorted(events) == [("bare", "Warning", STRANDED_REASON), ("owned", "Warning", STRANDED_REASON)]
+    assert deleted == [] and report_only.gauge._value.get() == 2
+
+    events.clear()
+    deleting = StrandedPods(state, "gpu-operator", delete=True)
+    await deleting.run_pass(event, delete)
+    assert deleted == ["owned"]

@@ -1,0 +1,156 @@
+"""In the sandbox: the webhook creates nothing, the controller provisions and collects claim templates,
+and pods admitted untranslated while the webhook was down get a Warning event."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.stranded import REASON as STRANDED_REASON
+from gpucluster.commands.run import SERVICE, RunOptions, Stack
+from gpucluster.translate import PROVISIONED_LABEL
+from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod, wait_for
+from tests.webhook.pods import container, pod
+from tests.webhook.reviews import review
+
+pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+
+GRACE = 1.0  # seconds an unreferenced template is kept in these tests
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    kubeconfig = tmp_path_factory.mktemp("provision") / "kubeconfig"
+    runner = StackThread(RunOptions(sandbox=True, kubeconfig_out=kubeconfig, nodes=1, template_grace_period=GRACE))
+    stack = runner.start()
+    try:
+        if not stack.controller_started:
+            pytest.skip("controller not available")
+        for ns in ("victim", "team-a", "team-b", "team-c", "team-d"):
+            kubectl(stack, "create", "namespace", ns)
+        yield stack
+    finally:
+        runner.stop()
+
+
+def templates(stack: Stack, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(stack, "resourceclaimtemplates", "-n", namespace)["items"]
+    return items
+
+
+def template_of(stack: Stack, name: str, namespace: str) -> str:
+    spec = get_json(stack, "pod", name, "-n", namespace)["spec"]
+    [ref] = spec["resourceClaims"]
+    return str(ref["resourceClaimTemplateName"])
+
+
+def wait_provisioned(stack: Stack, name: str, namespace: str, timeout: float = 5.0) -> str:
+    template = template_of(stack, name, namespace)
+    wait_for(
+        f"template {template}",
+        lambda: any(t["metadata"]["name"] == template for t in templates(stack, namespace)),
+        timeout,
+    )
+    return template
+
+
+def post_review(stack: Stack, body: dict[str, Any]) -> dict[str, Any]:
+    context = ssl.create_default_context(cadata=stack.ca_pem.decode())
+    conn = http.client.HTTPSConnection("127.0.0.1", stack.webhook_port, context=context, timeout=10)
+    try:
+        conn.request("POST", "/mutate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        answer: dict[str, Any] = json.loads(resp.read())
+        return answer
+    finally:
+        conn.close()
+
+
+def test_forged_reviews_create_nothing(stack: Stack) -> None:
+    for i in range(20):
+        for namespace in ("victim", "kube-system"):
+            forged = review(
+                pod(container("cuda", {f"nvidia.com/mig-{i}g.{i}gb": "1"}), name=f"f{i}"), namespace=namespace
+            )
+            assert post_review(stack, forged)["response"]["patchType"] == "JSONPatch"  # answered, translated
+    # A real pod afterwards gets its template: the controller has acted since the forged reviews.
+    kubectl(stack, "create", "-n", "team-a", "-f", "-", stdin=legacy_pod("real", 1))
+    wait_provisioned(stack, "real", "team-a")
+    assert templates(stack, "victim") == []
+    assert [t for t in templates(stack, "kube-system") if t["metadata"]["name"].startswith("gpucluster-")] == []
+
+
+def test_template_is_provisioned_within_a_second_and_collected_after_the_grace_period(stack: Stack) -> None:
+    started = time.monotonic()
+    kubectl(stack, "create", "-n", "team-b", "-f", "-", stdin=legacy_pod("job", 2))
+    template = wait_provisioned(stack, "job", "team-b", timeout=1.0)
+    assert time.monotonic() - started < 2.0  # kubectl's own start-up included
+    [live] = templates(stack, "team-b")
+    assert live["metadata"]["labels"][PROVISIONED_LABEL] == "true"
+    kubectl(stack, "delete", "pod", "job", "-n", "team-b", "--wait=false")
+    deleted = time.monotonic()
+    wait_for("the template to be collected", lambda: templates(stack, "team-b") == [], timeout=GRACE + 10)
+    assert time.monotonic() - deleted >= GRACE * 0.9, f"{template} collected before its grace period"
+
+
+def test_foreign_template_with_the_name_is_never_overwritten(stack: Stack) -> None:
+    kubectl(stack, "create", "-n", "team-c", "-f", "-", stdin=legacy_pod("first", 1))
+    name = wait_provisioned(stack, "first", "team-c")
+    # Someone else's template under the name a later pod of the same shape will get, another spec.
+    kubectl(stack, "delete", "pod", "first", "-n", "team-c", "--wait=false")
+    wait_for("collection", lambda: templates(stack, "team-c") == [], timeout=GRACE + 10)
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "team-c"},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "other.example.com"}}]}}
+        },
+    }
+    kubectl(stack, "create", "-f", "-", stdin=json.dumps(foreign))
+    wait_for("the webhook to see it", lambda: stack.cluster.get("ResourceClaimTemplate", name, "team-c"))
+    kubectl(stack, "create", "-n", "team-c", "-f", "-", stdin=legacy_pod("second", 1))
+    other = wait_provisioned(stack, "second", "team-c")
+    assert other != name  # a free name, chosen at admission
+    [kept] = [t for t in templates(stack, "team-c") if t["metadata"]["name"] == name]
+    [request] = kept["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "other.example.com"
+    assert PROVISIONED_LABEL not in (kept["metadata"].get("labels") or {})
+
+
+def test_pod_refused_after_the_webhook_leaves_nothing_behind(stack: Stack) -> None:
+    refused = legacy_pod("refused", 1).replace(
+        "limits: {nvidia.com/gpu: 1}",
+        "limits: {nvidia.com/gpu: 1, example.com/fpga: 2}\n      requests: {example.com/fpga: 1}",
+    )
+    done = kubectl(stack, "create", "-n", "team-d", "-f", "-", stdin=refused, check=False)
+    assert done.returncode != 0 and "example.com/fpga" in done.stderr  # validation, after mutation
+    kubectl(stack, "create", "-n", "team-a", "-f", "-", stdin=legacy_pod("sentinel", 1))
+    wait_provisioned(stack, "sentinel", "team-a")
+    assert templates(stack, "team-d") == []
+
+
+def test_pod_admitted_while_the_webhook_was_down_gets_a_warning(stack: Stack) -> None:
+    sandbox = stack.sandbox
+    sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", 9))  # nothing listens: fail-open
+    try:
+        kubectl(stack, "create", "-n", "team-d", "-f", "-", stdin=legacy_pod("stranded", 1))
+    finally:
+        sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", stack.webhook_port))
+    assert "resourceClaims" not in get_json(stack, "pod", "stranded", "-n", "team-d")["spec"]
+
+    def warning() -> dict[str, Any] | None:
+        events = get_json(stack, "events", "-n", "team-d", "--field-selector", "involvedObject.name=stranded")["items"]
+        return next((e for e in events if e.get("reason") == STRANDED_REASON), None)
+
+    event = wait_for("the stranded-pod event", warning, timeout=10)
+    assert event["type"] == "Warning"
+    assert "admitted without translation while the webhook was unavailable; recreate it" in event["message"]
