@@ -18,6 +18,7 @@ from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
+from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
 from webhook.server import ServerLimits, build_app, default_host, serve
 from webhook.settings import TRANSLATION_MODES, Settings
 from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
@@ -57,6 +58,12 @@ def register(subparsers: Subparsers) -> None:
         type=float,
         default=5.0,
         help="seconds /readyz reports 503 before the listener closes on SIGTERM (default 5)",
+    )
+    parser.add_argument(
+        "--client-ca-file",
+        metavar="F",
+        help="PEM CA bundle: /validate and /mutate answer only clients with a certificate it verifies "
+        "(kube-apiserver presents one when its AdmissionConfiguration kubeConfigFile says so)",
     )
     limits = ServerLimits()
     server = parser.add_argument_group("connections (defaults are kube-apiserver's)")
@@ -164,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --cert-dir DIR or --self-signed")
     static = ClusterState.from_objects(load_objects(args.cluster)) if args.cluster else None
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
+    try:
+        args.client_ca = load_ca_bundle(Path(args.client_ca_file)) if args.client_ca_file else None
+    except ClientAuthError as exc:
+        raise InputError(f"--client-ca-file {exc}") from None
     if args.max_connections < 1:
         raise InputError(f"--max-connections {args.max_connections}: must be at least 1")
     names = (
@@ -198,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings, static: ClusterState | None) -> None:
     if static is not None:
         app = build_app(static, settings, tls=tls, limits=args.limits)
+        protect(app, tls, args.client_ca)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
         return
     kube = await Kube.connect(args.kubeconfig)
@@ -205,6 +217,7 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings
     reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
     try:
         app = build_app(cluster, settings, tls=tls, limits=args.limits)
+        protect(app, tls, args.client_ca)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
     finally:
         reflectors.cancel()
