@@ -34,6 +34,7 @@ from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import DELETED, Event
 from sandbox.sim import predicates, process
 from sandbox.sim.base import Controller, Obj, Retry, meta
+from sandbox.sim.events import EventRecorder
 from sandbox.sim.process import ProcessRuntime
 
 KUBELET_PLUGIN = "nvidia-dra-driver-kubelet-plugin"
@@ -349,6 +350,7 @@ class Kubelet(Controller):
     def __init__(self, core: ApiCore, runtime: ProcessRuntime | None = None) -> None:
         super().__init__(core)
         self.runtime = runtime
+        self.events = EventRecorder(core, "kubelet", self.context)
         if runtime is not None:
             runtime.notify = self.enqueue
 
@@ -429,6 +431,9 @@ class Kubelet(Controller):
             running = None
         if pod is None:
             return
+        if running is not None:
+            for type_, reason, message in running.take_events():
+                await self.events.event(pod, "Pod", "v1", type_, reason, message)
         spec = pod.get("spec") or {}
         if not spec.get("nodeName"):
             return

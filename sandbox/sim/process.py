@@ -149,6 +149,7 @@ class PodRuntime:
         self._refresh: asyncio.Task[None] | None = None
         self._token_files: list[tuple[Path, Obj, int]] = []
         self._volume_specs: list[Obj] = []
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message) for the kubelet to record
         self.volumes: dict[str, Path] = {}
         self.mounts: dict[str, list[str]] = {}  # container -> mount paths
 
@@ -201,6 +202,17 @@ class PodRuntime:
     def _notify(self) -> None:
         self.owner.notify(self.key)
 
+    def _event(self, type_: str, reason: str, message: str) -> None:
+        """Queue an Event as the kubelet words it; the kubelet records it on its next sync."""
+        if self.events and self.events[-1] == (type_, reason, message):
+            return
+        self.events.append((type_, reason, message))
+        self._notify()
+
+    def take_events(self) -> list[tuple[str, str, str]]:
+        out, self.events = self.events, []
+        return out
+
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -252,6 +264,8 @@ class PodRuntime:
                 await self._materialise(volumes)
                 break
             except (podenv.ConfigError, TokenUnavailable) as exc:
+                if self.message != f"MountVolume.SetUp failed: {exc}":
+                    self._event("Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
                 self.message = f"MountVolume.SetUp failed: {exc}"
                 for c in self.all():
                     c.state = {"waiting": {"reason": "ContainerCreating"}}
@@ -428,6 +442,8 @@ class PodRuntime:
         try:
             argv, env, workdir = self._command(c)
         except podenv.ConfigError as exc:
+            if (c.state.get("waiting") or {}).get("message") != str(exc):
+                self._event("Warning", "Failed", f"Error: {exc}")
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._notify()
             return False
@@ -450,13 +466,17 @@ class PodRuntime:
                 c.state = {
                     "waiting": {"reason": "RunContainerError", "message": f"exec: {argv[0]!r}: {exc.strerror or exc}"}
                 }
-                self._notify()
+                self._event("Warning", "Failed", f"Error: {c.state['waiting']['message']}")
                 return False
         digest = hashlib.sha256(f"{self.uid}/{c.name}/{c.restart_count}/{c.proc.pid}".encode()).hexdigest()
         c.container_id = f"containerd://{digest}"
         c.state = {"running": {"startedAt": _now()}}
         c.exit_code = None
         c.killed_for = ""
+        image = c.spec.get("image")
+        self._event("Normal", "Pulled", f'Container image "{image}" already present on machine')
+        self._event("Normal", "Created", f"Created container: {c.name}")
+        self._event("Normal", "Started", f"Started container {c.name}")
         return True
 
     async def _run_until_done(self, c: ContainerRun) -> bool:
@@ -531,7 +551,11 @@ class PodRuntime:
                     f"pod={self.name}_{self.namespace}({self.uid})",
                 }
             }
-            self._notify()
+            self._event(
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {c.name} in pod {self.name}_{self.namespace}({self.uid})",
+            )
             await asyncio.sleep(delay)
         c.restart_count += 1
 
@@ -561,10 +585,13 @@ class PodRuntime:
 
         def on_ready(result: ProbeResult) -> None:
             c.ready = result.success
+            if not result.success:
+                self._event("Warning", "Unhealthy", f"Readiness probe failed: {result.message}")
             self._notify()
 
         def on_live(result: ProbeResult) -> None:
             if not result.success:
+                self._event("Warning", "Unhealthy", f"Liveness probe failed: {result.message}")
                 self._kill_for(c, f"Container {c.name} failed liveness probe, will be restarted", liveness or {})
 
         def on_startup(result: ProbeResult) -> None:
@@ -573,6 +600,7 @@ class PodRuntime:
                 after_startup()
                 self._notify()
             else:
+                self._event("Warning", "Unhealthy", f"Startup probe failed: {result.message}")
                 self._kill_for(c, f"Container {c.name} failed startup probe, will be restarted", startup or {})
 
         if startup is not None:
@@ -592,6 +620,7 @@ class PodRuntime:
         if c.proc is None or c.killed_for:
             return
         log.info("pod %s/%s: %s", self.namespace, self.name, why)
+        self._event("Normal", "Killing", why)
         c.killed_for = why
         grace = probe.get("terminationGracePeriodSeconds")
         self._spawn(self._stop_container(c, float(grace if grace is not None else self.grace)))
@@ -646,16 +675,21 @@ class PodRuntime:
         if self._task is not None and not self.initialized:
             self._task.cancel()  # still preparing or initialising: nothing more starts
         running = [c for c in self.all() if c.proc is not None and c.proc.returncode is None]
+        for c in running:
+            self._event("Normal", "Killing", f"Stopping container {c.name}")
         await asyncio.gather(*(self._stop_container(c, grace) for c in running), return_exceptions=True)
         for c in running:
             if c.proc is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(c.proc.wait(), 5)
-        # Let the supervisors record the exits, then report.
+        # Let the supervisors record the exits (an init container's was cancelled: record it here).
         for _ in range(100):
             if all(c.proc is None for c in running):
                 break
             await asyncio.sleep(0.01)
+        for c in running:
+            if c.proc is not None and c.proc.returncode is not None:
+                self._record_exit(c, c.proc.returncode)
         for c in self.all():
             if "terminated" not in c.state:
                 # What the kubelet reports for a container that was not running when the pod stopped.
@@ -708,6 +742,8 @@ class ProcessRuntime:
         self.pods: dict[tuple[str, str], PodRuntime] = {}
         self.notify: Callable[[tuple[str, str]], None] = lambda key: None
         self._ips: dict[str, tuple[str, str]] = {}
+        self._leaving: dict[str, PodRuntime] = {}  # uid -> pods gone from the API, still stopping
+        self._background: set[asyncio.Task[None]] = set()
         self._next_ip = 0
 
     def runs(self, pod: Obj) -> bool:
@@ -783,6 +819,7 @@ class ProcessRuntime:
         if runtime is None:
             return
         self._ips.pop(runtime.uid, None)
+        self._leaving[runtime.uid] = runtime
 
         async def stop() -> None:
             if not runtime.finished:
@@ -790,11 +827,17 @@ class ProcessRuntime:
                 while not runtime.finished:
                     await asyncio.sleep(0.05)
             runtime.cleanup()
+            self._leaving.pop(runtime.uid, None)
 
-        asyncio.get_running_loop().create_task(stop())
+        task = asyncio.get_running_loop().create_task(stop())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def stop(self) -> None:
-        pods, self.pods = list(self.pods.values()), {}
+        for task in list(self._background):
+            task.cancel()
+        pods = [*self.pods.values(), *self._leaving.values()]
+        self.pods, self._leaving = {}, {}
         await asyncio.gather(*(p.kill() for p in pods), return_exceptions=True)
         for p in pods:
             p.cleanup()

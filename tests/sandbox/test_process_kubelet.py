@@ -303,6 +303,10 @@ async def test_crash_loop_back_off_and_logs(sandbox: Sandbox) -> None:
     assert result.stdout.strip() == "crashing"
     previous = await kubectl(s, "logs", "crash", "--previous", "--tail", "1")
     assert previous.returncode == 0 and previous.stdout.strip() == "crashing", previous.stderr
+    reasons = {e["reason"] for e in s.store.iter(("", "events"), NS) if e["involvedObject"]["name"] == "crash"}
+    assert {"Pulled", "Created", "Started", "BackOff"} <= reasons
+    described = await kubectl(s, "describe", "pod", "crash")
+    assert "Back-off restarting failed container main in pod crash_default" in described.stdout, described.stdout
 
 
 async def test_delete_stops_the_process_within_the_grace_period(sandbox: Sandbox, tmp_path: Path) -> None:
