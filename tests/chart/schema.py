@@ -165,6 +165,13 @@ def build_schema() -> Schema:
                     }
                 ),
                 "podDisruptionBudget": _obj({"enabled": _bool("Keep one replica through voluntary disruptions.")}),
+                "claimTemplates": _obj(
+                    {"gracePeriodSeconds": {"type": "number", "minimum": 0}},
+                    "Claim templates of translated pods: kept this long after no pod refers to them.",
+                ),
+                "strandedPods": _obj(
+                    {"delete": _bool("Delete controller-owned pods admitted untranslated, so they are recreated.")}
+                ),
             },
             "The gpucluster operator Deployment (controller and webhook).",
         ),
@@ -180,6 +187,26 @@ def build_schema() -> Schema:
                     "additionalProperties": {"type": "string", "enum": ["Fail", "Ignore"]},
                 },
                 "shutdownDelay": {"type": "number", "minimum": 0},
+                "clientAuth": _obj(
+                    {
+                        "caBundle": _str(
+                            "Base64-encoded PEM CA bundle that verifies callers' client certificates.",
+                            pattern="^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+                        ),
+                        "configMap": _str("A ConfigMap in the release namespace with the CA bundle under ca.crt."),
+                    },
+                    "Caller authentication: reviews only from clients with a certificate from this CA.",
+                ),
+                "networkPolicy": _obj(
+                    {
+                        "enabled": _bool("Create a NetworkPolicy restricting the webhook port."),
+                        "from": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "description": "NetworkPolicyPeers allowed to the webhook port; empty: all.",
+                        },
+                    }
+                ),
                 "resources": resources,
                 "certificates": _obj(
                     {
