@@ -116,8 +116,11 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
             metrics.rejected.labels(path, "415").inc()
             return web.Response(status=415, text="Content-Type must be application/json\n")
         try:
-            async with asyncio.timeout(app[LIMITS_KEY].read_body_timeout):
+            if request.content.is_eof():  # the usual case: the body came with the header, no timer needed
                 body = await request.read()
+            else:
+                async with asyncio.timeout(app[LIMITS_KEY].read_body_timeout):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             metrics.rejected.labels(path, "413").inc()
             return web.Response(status=413, text=f"body larger than {MAX_BODY_BYTES} bytes\n")
