@@ -400,9 +400,10 @@ spec:
       resources: {limits: {nvidia.com/gpu: 1}}
 """
     result = migrate(text)
-    problems = [p for _, p in result.problems]
-    assert any("spec.resourceClaims already has an entry named 'gpu-0'" in p for p in problems)
     docs = load_all(result.text)
+    a = docs[-1]["spec"]["templates"][0]  # gpu-0 is the patch's: the translation takes gpu-1
+    assert [c["name"] for c in json.loads(a["podSpecPatch"])["resourceClaims"]] == ["gpu-0", "gpu-1"]
+    assert a["container"]["resources"] == {"claims": [{"name": "gpu-1"}]}
     b = docs[-1]["spec"]["templates"][1]
     assert json.loads(b["podSpecPatch"]) == {
         "hostNetwork": True,

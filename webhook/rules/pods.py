@@ -291,9 +291,9 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     ops = (diff(pod["metadata"], new_meta, "/metadata") if "metadata" in pod else [
         {"op": "add", "path": "/metadata", "value": new_meta}
     ]) + spec_ops  # fmt: skip
-    # creates: what the controller provisions once the pod exists; a dryRun pod never exists.
-    creates = [] if request.dry_run else templates
-    return Verdict(patched=patched, patch=ops, creates=creates, warnings=warnings, outcome="mutated")
+    # creates: what the controller provisions once the pod exists (admit_request empties it for a
+    # dryRun review: that pod never exists).
+    return Verdict(patched=patched, patch=ops, creates=templates, warnings=warnings, outcome="mutated")
 
 
 # ----------------------------------------------------------------------------- bounds and names
