@@ -5,7 +5,7 @@ On a DRA-only cluster no node advertises ``nvidia.com/gpu``: such a pod stays Pe
 stranded when it is Pending and unscheduled, the scheduler found it Unschedulable, it carries no
 ResourceClaim, still requests a translatable extended resource (``nvidia.com/gpu``,
 ``nvidia.com/mig-*``), and nothing says it was left untranslated on purpose (opt-out label or
-annotation, the operator namespace, a mirror pod, a DeviceClass that maps the resource natively).
+annotation, the operator namespace or kube-system, a mirror pod, a DeviceClass that maps the resource natively).
 
 Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. With
 ``delete=True`` (opt-in) a stranded pod that a controller owns (an ownerReference with
@@ -73,7 +73,8 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
         return []
     if spec.get("nodeName") or spec.get("resourceClaims") or meta.get("deletionTimestamp"):
         return []
-    if meta.get("namespace") == operator_namespace or not _unschedulable(pod):
+    # The webhook never sees kube-system or the operator's namespace (its namespaceSelector).
+    if meta.get("namespace") in (operator_namespace, "kube-system") or not _unschedulable(pod):
         return []
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     if MIRROR_ANNOTATION in (annotations or {}) or DEFAULT_CONFIG.annotation in (annotations or {}):
