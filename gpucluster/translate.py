@@ -92,12 +92,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import count, pairwise
 from types import MappingProxyType
 from typing import Any, Literal
+
+import orjson
 
 from gpucluster.jsonutil import clone
 
@@ -212,7 +214,7 @@ MAX_TEMPLATES_ANNOTATION_BYTES = 16 * 1024
 def templates_annotation(templates: Iterable[Mapping[str, Any]]) -> str:
     """``{name: spec}`` of the templates, canonical JSON (the value of :data:`TEMPLATES_ANNOTATION`)."""
     specs = {str(t["metadata"]["name"]): t["spec"] for t in templates}
-    return json.dumps(specs, sort_keys=True, separators=(",", ":"))
+    return orjson.dumps(specs, option=orjson.OPT_SORT_KEYS).decode()  # once per review: orjson, not json
 
 
 def templates_from_annotation(annotations: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
@@ -401,10 +403,13 @@ def _name_digest(spec: Mapping[str, Any], attempt: int) -> str:
     return _digest(spec if attempt == 0 else {"attempt": attempt, "spec": spec})[:_HASH_LEN]
 
 
-def template_name_candidates(name: str, spec: Mapping[str, Any]) -> list[str]:
-    """``name`` (the content-addressed name of ``spec``) and its alternatives, in the order tried."""
+def template_name_candidates(name: str, spec: Mapping[str, Any]) -> Iterator[str]:
+    """``name`` (the content-addressed name of ``spec``) and its alternatives, in the order tried
+    (lazily: the alternatives' hashes are computed only when a name is taken)."""
+    yield name
     stem = name[:-_HASH_LEN] if len(name) > _HASH_LEN else ""
-    return [name] + [stem + _name_digest(spec, k) for k in range(1, MAX_NAME_ATTEMPTS)]
+    for k in range(1, MAX_NAME_ATTEMPTS):
+        yield stem + _name_digest(spec, k)
 
 
 def template_name_matches(name: str, spec: Mapping[str, Any], prefix: str = DEFAULT_CONFIG_TEMPLATE_PREFIX) -> bool:

@@ -378,6 +378,10 @@ def free_template_names(
     templates = []
     for template in translation.templates:
         name = str(template["metadata"]["name"])
+        live = cluster.get("ResourceClaimTemplate", name, namespace)
+        if live is None or live.get("spec") == template["spec"]:
+            templates.append(template)  # the usual case: free, or the same content (shared)
+            continue
         for candidate in template_name_candidates(name, template["spec"]):
             live = cluster.get("ResourceClaimTemplate", candidate, namespace)
             if live is None or live.get("spec") == template["spec"]:
