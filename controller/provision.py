@@ -291,8 +291,14 @@ class Provisioner:
         try:
             created = await self.kube.request("POST", path, body=template, query=[("fieldManager", FIELD_MANAGER)])
         except KubeError as exc:
-            if exc.status == 404 and exc.reason == "NotFound":
-                return  # the namespace is going away
+            if exc.status in (403, 404, 422):
+                # The namespace is going away (403/404), or the API server refuses the object:
+                # retrying every pass cannot help; say so on the pods, once.
+                for pod in pods:
+                    await self._report(
+                        pod, "Warning", REFUSED_REASON, f"cannot create ResourceClaimTemplate {name}: {exc}"
+                    )
+                return
             if exc.status != 409:
                 raise
             live = await self._get(template)

@@ -185,3 +185,23 @@ async def test_stranded_pods_are_reported_once_and_deleted_only_when_owned_and_o
     deleting = StrandedPods(state, "gpu-operator", delete=True)
     await deleting.run_pass(event, delete)
     assert deleted == ["owned"]
+
+
+class RefusingKube(FakeKube):
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        raise KubeError(403, {"reason": "Forbidden", "message": "namespace ml is being terminated"}, method, path)
+
+
+async def test_a_refused_create_is_reported_once_and_does_not_fail_the_pass() -> None:
+    events: list[str] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append(message)
+
+    provisioner = Provisioner(RefusingKube({}), event=event)  # type: ignore[arg-type]
+    provisioner.state.replace("Pod", [translated()])
+    provisioner.state.replace("ResourceClaimTemplate", [])
+    await provisioner.reconcile()
+    await provisioner.reconcile()
+    [message] = events
+    assert "being terminated" in message
