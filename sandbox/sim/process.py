@@ -521,6 +521,10 @@ class PodRuntime:
             await self._back_off(c)
 
     def _record_exit(self, c: ContainerRun, code: int) -> None:
+        # The container's main process is gone: so is everything it started (its cgroup, on a node).
+        if c.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(c.proc.pid, signal.SIGKILL)
         exit_code = 128 - code if code < 0 else code  # killed by a signal: 128 + signal
         started = (c.state.get("running") or {}).get("startedAt") or _now()
         reason = "Completed" if exit_code == 0 else "Error"
