@@ -27,6 +27,7 @@ from controller.reconcile import Reconciler, owned_resources
 from controller.status import PERMISSION_DENIED
 from controller.stranded import StrandedPods
 from gpucluster.clusterstate import ClusterState
+from gpucluster.errors import InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
 
@@ -258,7 +259,11 @@ async def run_controller(
     if health_port is not None:
         runner = web.AppRunner(health_app(controller), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, bind_address(), health_port).start()
+        try:
+            await web.TCPSite(runner, bind_address(), health_port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise InputError(f"cannot listen on {bind_address()}:{health_port}: {exc.strerror or exc}") from None
     try:
         await controller.run(stop)
     finally:
