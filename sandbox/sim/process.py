@@ -741,7 +741,7 @@ class ProcessRuntime:
         self.options = options or RuntimeOptions()
         self.defaults = podenv.default_entrypoints()
         self._own_root = self.options.root is None
-        self.root = self.options.root or Path(tempfile.mkdtemp(prefix="gpucluster-sandbox-pods-"))
+        self._root = self.options.root
         self.api = ApiEndpoint("https://127.0.0.1:443", "")
         self.pods: dict[tuple[str, str], PodRuntime] = {}
         self.notify: Callable[[tuple[str, str]], None] = lambda key: None
@@ -749,6 +749,13 @@ class ProcessRuntime:
         self._leaving: dict[str, PodRuntime] = {}  # uid -> pods gone from the API, still stopping
         self._background: set[asyncio.Task[None]] = set()
         self._next_ip = 0
+
+    @property
+    def root(self) -> Path:
+        """The pods' directories' parent, created with the first process pod."""
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="gpucluster-sandbox-pods-"))
+        return self._root
 
     def runs(self, pod: Obj) -> bool:
         return podenv.pod_runs_locally(pod, self.options.entrypoints, self.defaults)
@@ -845,8 +852,9 @@ class ProcessRuntime:
         await asyncio.gather(*(p.kill() for p in pods), return_exceptions=True)
         for p in pods:
             p.cleanup()
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
+        if self._own_root and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
 
 
 # --------------------------------------------------------------------------- status

@@ -451,3 +451,21 @@ async def test_failing_init_container(sandbox: Sandbox) -> None:
         lambda: (status(s, "again").get("initContainerStatuses") or [{}])[0].get("restartCount", 0) >= 1,
     )
     assert status(s, "again")["phase"] == "Pending" and condition(s, "again", "Initialized") == "False"
+
+
+def test_expansion_and_remapping() -> None:
+    from sandbox.sim import podenv
+
+    env = {"A": "1", "B": "x y"}
+    assert podenv.expand("$(A)-$(B)-$(C)-$$(A)-$$$(A)", env) == "1-x y-$(C)-$(A)-$1"
+    remap = podenv.remapper(Path("/pods/p"), ["/tmp", "/var/run/certs/", "/etc/x"])
+    assert remap("--cert-dir=/var/run/certs") == "--cert-dir=/pods/p/var/run/certs"
+    assert remap("/tmp/a:/tmpfoo:/etc/x/y") == "/pods/p/tmp/a:/tmpfoo:/pods/p/etc/x/y"
+    assert remap("/usr/tmp /var/run/certsX") == "/usr/tmp /var/run/certsX"
+    assert podenv.repository("ghcr.io/gpucluster/gpucluster:0.1.0@sha256:ab") == "ghcr.io/gpucluster/gpucluster"
+    assert podenv.repository("localhost:5000/gpucluster") == "localhost:5000/gpucluster"
+    entry = podenv.Entrypoint("gpucluster", ("py", "-m", "gpucluster.cli"))
+    container = {"command": ["/usr/local/bin/gpucluster", "certs"], "args": ["--ns=$(NS)"]}
+    assert podenv.argv_for(container, entry, {"NS": "n"}, str) == ["py", "-m", "gpucluster.cli", "certs", "--ns=n"]
+    assert podenv.argv_for({"args": ["x"]}, entry, {}, str) == ["py", "-m", "gpucluster.cli", "x"]
+    assert podenv.argv_for({"command": ["sh", "-c"], "args": ["x"]}, entry, {}, str) == ["sh", "-c", "x"]
