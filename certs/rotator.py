@@ -225,12 +225,26 @@ async def rotate_once(
 async def rotate_forever(
     kube: KubeAPI, options: RotateOptions, *, interval: float, stop: asyncio.Event | None = None
 ) -> None:
-    """Run a pass every ``interval`` seconds until ``stop`` is set; a failed pass is logged and retried."""
+    """Run a pass every ``interval`` seconds until ``stop`` is set.
+
+    A failed pass, or one that found fewer of our webhook configurations than it injects into,
+    is retried sooner (1 s, doubling up to ``interval``): Helm creates the webhook configurations
+    after the Deployment, so the first passes run before there is anything to inject into, and
+    the API server cannot call the webhook until the caBundle is there.
+    """
     stop = stop or asyncio.Event()
+    soon = 1.0
     while not stop.is_set():
+        delay = interval
         try:
-            await rotate_once(kube, options)
+            result = await rotate_once(kube, options)
+            if options.inject and len(result.injections) < len(inject.OUR_NAMES):
+                log.debug("webhook configurations missing, next pass in %.0fs", min(soon, interval))
+                delay, soon = min(soon, interval), soon * 2
+            else:
+                soon = 1.0
         except Exception as exc:  # a daemon loop outlives a failed pass (API server away, 403...)
             log.error("certificate pass failed error=%s", exc)
+            delay, soon = min(soon, interval), soon * 2
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+            await asyncio.wait_for(stop.wait(), delay)

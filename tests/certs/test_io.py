@@ -299,3 +299,26 @@ async def test_serving_continues_across_a_ca_rotation_under_loopback_load(tmp_pa
     assert failures == 0
     assert actions.count(rotation.Action.SWITCH_CA) == 1 and actions.count(rotation.Action.PRUNE_BUNDLE) == 1
     assert actions.count(rotation.Action.RENEW_SERVING) >= 2
+
+
+async def test_sidecar_injects_soon_into_configurations_created_after_it_started(tmp_path: Path) -> None:
+    """Helm creates the webhook configurations after the Deployment: the sidecar must not wait its
+    whole interval (300 s in the chart) before injecting into them."""
+    import asyncio
+
+    kube = FakeKube()
+    opts = rotator.RotateOptions(namespace=NS, secret=SECRET, service=SVC, cert_dir=tmp_path)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rotator.rotate_forever(kube, opts, interval=300, stop=stop))
+    try:
+        while f"{SECRETS}/{SECRET}" not in kube.objects:  # the first pass ran and found no configuration
+            await asyncio.sleep(0.01)
+        install_configs(kube)
+        deadline = asyncio.get_running_loop().time() + 5
+        path = f"{VWC}/{configurations.VALIDATING_NAME}"
+        while bundles(kube, path) != [base64.b64decode(kube.objects[f"{SECRETS}/{SECRET}"]["data"]["ca.crt"])] * 5:
+            assert asyncio.get_running_loop().time() < deadline, "caBundle not injected within 5 s"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
