@@ -1,8 +1,9 @@
 """caBundle injection into our own webhook configurations, and never into anyone else's.
 
 A configuration is ours when its name is one of :data:`OUR_NAMES` *and* it carries the label
-``app.kubernetes.io/managed-by: gpucluster`` (both: a same-named configuration of another tool
-is left alone, and so is a labelled one we did not name). The patch is computed by diffing the
+``gpucluster.nvidia.com/inject-ca-bundle: "true"`` (both: a same-named configuration of another
+tool is left alone, and so is a labelled one we did not name). Not ``app.kubernetes.io/managed-by``:
+Helm sets that label to ``Helm`` on every object it installs, whatever the chart says. The patch is computed by diffing the
 original and the injected object, and starts with a ``test`` of ``metadata.resourceVersion`` so
 a concurrent writer makes it fail instead of being overwritten. The bundle's generation (see
 :mod:`certs.rotation`) is recorded on the configuration; a bundle of an older generation is never
@@ -24,8 +25,7 @@ from certs.rotation import BUNDLE_GENERATION
 VALIDATING_KIND = "ValidatingWebhookConfiguration"
 MUTATING_KIND = "MutatingWebhookConfiguration"
 API_VERSION = "admissionregistration.k8s.io/v1"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "gpucluster"
+CA_INJECTION_LABEL = "gpucluster.nvidia.com/inject-ca-bundle"
 # The names webhook/configurations.py and the chart give our configurations.
 VALIDATING_NAME = "gpucluster-validating-webhook"
 MUTATING_NAME = "gpucluster-mutating-webhook"
@@ -37,12 +37,12 @@ JsonPatch = list[dict[str, Any]]
 
 
 def is_ours(obj: KubeObject, names: Iterable[str] = OUR_NAMES) -> bool:
-    """True for a webhook configuration of ours (by name and managed-by label)."""
+    """True for a webhook configuration of ours (by name and the CA-injection label)."""
     meta = obj.get("metadata") or {}
     return (
         obj.get("kind") in _PLURALS
         and meta.get("name") in set(names)
-        and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+        and (meta.get("labels") or {}).get(CA_INJECTION_LABEL) == "true"
     )
 
 

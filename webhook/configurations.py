@@ -14,7 +14,12 @@ from webhook.admission import HOOKS, Hook
 
 VALIDATING_NAME = "gpucluster-validating-webhook"
 MUTATING_NAME = "gpucluster-mutating-webhook"
-MANAGED_LABELS = {"app.kubernetes.io/name": "gpucluster", "app.kubernetes.io/managed-by": "gpucluster"}
+# The CA-injection label marks the configurations whose caBundle the operator keeps (certs/inject.py).
+MANAGED_LABELS = {
+    "app.kubernetes.io/name": "gpucluster",
+    "app.kubernetes.io/managed-by": "gpucluster",
+    "gpucluster.nvidia.com/inject-ca-bundle": "true",
+}
 
 
 def _client_config(

@@ -45,7 +45,7 @@ def bundles(kube: FakeKube, path: str) -> list[bytes]:
 def test_names_agree_with_the_webhook_configurations() -> None:
     assert inject.VALIDATING_NAME == configurations.VALIDATING_NAME
     assert inject.MUTATING_NAME == configurations.MUTATING_NAME
-    assert configurations.MANAGED_LABELS[inject.MANAGED_BY_LABEL] == inject.MANAGED_BY
+    assert configurations.MANAGED_LABELS[inject.CA_INJECTION_LABEL] == "true"
 
 
 def test_injection_touches_only_our_configurations() -> None:
@@ -53,11 +53,20 @@ def test_injection_touches_only_our_configurations() -> None:
     assert inject.is_ours(validating) and inject.is_ours(mutating)
     renamed = {**validating, "metadata": {**validating["metadata"], "name": "other"}}  # type: ignore[dict-item]
     unlabelled = {**validating, "metadata": {"name": configurations.VALIDATING_NAME}}
-    helm_labelled = {
+    other_tool = {
         **validating,
-        "metadata": {"name": configurations.VALIDATING_NAME, "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+        "metadata": {"name": configurations.VALIDATING_NAME, "labels": {"app.kubernetes.io/managed-by": "gpucluster"}},
     }
-    for foreign in (renamed, unlabelled, helm_labelled):
+    # Helm relabels every object it installs managed-by=Helm: the injection label still marks ours.
+    helm_installed = {
+        **validating,
+        "metadata": {
+            "name": configurations.VALIDATING_NAME,
+            "labels": {"app.kubernetes.io/managed-by": "Helm", inject.CA_INJECTION_LABEL: "true"},
+        },
+    }
+    assert inject.is_ours(helm_installed)
+    for foreign in (renamed, unlabelled, other_tool):
         assert not inject.is_ours(foreign)
         assert inject.ca_bundle_patch(foreign, b"CA") is None
 

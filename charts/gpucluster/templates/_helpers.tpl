@@ -39,14 +39,22 @@ app.kubernetes.io/name: {{ include "gpucluster.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* Labels of the webhook configurations: certificate injection finds them by managed-by. */}}
+{{/*
+Labels of the webhook configurations. With self-managed certificates the operator injects the
+caBundle into configurations of our names that carry gpucluster.nvidia.com/inject-ca-bundle
+(Helm sets app.kubernetes.io/managed-by=Helm on everything it installs, so that label cannot
+mark them).
+*/}}
 {{- define "gpucluster.webhookLabels" -}}
 helm.sh/chart: {{ include "gpucluster.chart" . }}
 app.kubernetes.io/name: gpucluster
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: gpucluster
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpucluster
+{{- if eq .Values.webhook.certificates.mode "self-managed" }}
+gpucluster.nvidia.com/inject-ca-bundle: "true"
+{{- end }}
 {{- end -}}
 
 {{- define "gpucluster.serviceAccountName" -}}
