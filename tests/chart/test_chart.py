@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
+from certs.inject import CA_INJECTION_LABEL
 from controller.operands import ClusterFacts
 from controller.operands import render as render_operands
 from controller.runtime import Controller
@@ -34,7 +35,6 @@ from tests.chart.helm import (
     render_recipe,
 )
 from webhook.admission import HOOKS
-from certs.inject import CA_INJECTION_LABEL
 from webhook.configurations import webhook_configurations
 
 RECIPE_IDS = [r.name for r in DOCS_RECIPES]
