@@ -321,7 +321,7 @@ class Reconciler:
         for kind, namespace, name in workloads:
             live = self.state.get(kind, name, namespace)
             if live is not None:
-                statuses.append(workload_status(live))
+                statuses.append(workload_status(live, self.state.list("Node")))
             else:
                 statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
         # Nodes labelled in this pass are not yet in the DaemonSets' status: not ready until they are.

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpucluster.kube.predicates import daemon_should_run
+
 READY = "Ready"
 ERROR = "Error"
 
@@ -26,8 +28,12 @@ class WorkloadStatus:
     detail: str
 
 
-def workload_status(obj: Mapping[str, Any]) -> WorkloadStatus:
-    """Readiness of a DaemonSet or Deployment from its status, as `kubectl rollout status` judges it."""
+def workload_status(obj: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]] | None = None) -> WorkloadStatus:
+    """Readiness of a DaemonSet or Deployment from its status, as `kubectl rollout status` judges it.
+
+    With ``nodes``, a DaemonSet must also cover every node it should run on: right after the
+    operand is created, or after nodes are labelled, its status still counts the old nodes
+    (0/0 reads as complete), and that is not ready."""
     kind = str(obj.get("kind"))
     name = str((obj.get("metadata") or {}).get("name"))
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
@@ -40,6 +46,11 @@ def workload_status(obj: Mapping[str, Any]) -> WorkloadStatus:
         updated = int(status.get("updatedNumberScheduled") or 0)
         available = int(status.get("numberAvailable") or 0)
         ready = updated >= desired and available >= desired
+        if nodes is not None:
+            template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+            expected = sum(1 for node in nodes if daemon_should_run(template, node)[0])
+            if desired < expected:
+                return WorkloadStatus(kind, name, False, f"{desired}/{expected} nodes scheduled")
         return WorkloadStatus(kind, name, ready, f"{available}/{desired} pods available, {updated} updated")
     replicas = int((obj.get("spec") or {}).get("replicas", 1) or 0)
     updated = int(status.get("updatedReplicas") or 0)

@@ -1,5 +1,6 @@
-"""Node selection shared by the simulated controllers: nodeSelector, required node affinity,
-taints and tolerations, unschedulable nodes, extended resources (pure functions, plain dicts).
+"""Node selection: nodeSelector, required node affinity, taints and tolerations, unschedulable
+nodes, extended resources (pure functions, plain dicts). Shared by the controller (which nodes a
+DaemonSet must cover) and the sandbox's simulated DaemonSet controller, scheduler and kubelet.
 
 These follow kube-scheduler's NodeUnschedulable, TaintToleration, NodeAffinity and
 NodeResourcesFit filters closely enough for workload status and scheduling in the sandbox:

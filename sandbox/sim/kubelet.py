@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.dra import simulate
+from gpucluster.kube import predicates
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim import predicates, process
+from sandbox.sim import process
 from sandbox.sim.base import Controller, Obj, Retry, meta
 from sandbox.sim.events import EventRecorder
 from sandbox.sim.process import ProcessRuntime

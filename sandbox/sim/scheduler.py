@@ -49,9 +49,9 @@ from typing import Any
 
 from gpucluster.dra.allocator import AllocatorInputError, NodeResult, explain
 from gpucluster.dra.model import object_ref
+from gpucluster.kube import predicates
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import ADDED, DELETED, Event, rv_of
-from sandbox.sim import predicates
 from sandbox.sim.base import Controller, Obj, Retry, meta
 from sandbox.sim.events import EventRecorder
 from sandbox.sim.kubelet import claim_names

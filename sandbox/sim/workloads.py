@@ -65,11 +65,11 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpucluster.kube import predicates
 from sandbox.apiserver.core import Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.resources import Registry, ResourceType
 from sandbox.apiserver.store import ADDED, DELETED, Event
-from sandbox.sim import predicates
 from sandbox.sim.base import Controller, Obj, Retry, meta
 from sandbox.sim.events import EventRecorder
 

@@ -23,6 +23,7 @@ ENV = {
     "DEFAULT_GPU_ALLOCATION_MODE": "dra",
 }
 GC_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
+GPU_NODES = 3
 CLUSTERPOLICY_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -75,8 +76,9 @@ class Env:
             for obj in listed.get("items") or []:
                 name, generation = obj["metadata"]["name"], obj["metadata"].get("generation", 1)
                 if kind == "DaemonSet":
-                    status = {"observedGeneration": generation, "desiredNumberScheduled": 2, "currentNumberScheduled": 2,
-                              "numberReady": 2, "numberAvailable": 2, "updatedNumberScheduled": 2, "numberMisscheduled": 0}  # fmt: skip
+                    n = GPU_NODES  # every operand DaemonSet runs on each GPU node
+                    status = {"observedGeneration": generation, "desiredNumberScheduled": n, "currentNumberScheduled": n,
+                              "numberReady": n, "numberAvailable": n, "updatedNumberScheduled": n, "numberMisscheduled": 0}  # fmt: skip
                 else:
                     replicas = obj["spec"].get("replicas", 1)
                     status = {"observedGeneration": generation, "replicas": replicas, "readyReplicas": replicas,
@@ -99,7 +101,7 @@ async def env() -> AsyncIterator[Env]:
         "/api/v1/namespaces",
         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}},
     )
-    for node in cluster_nodes(3, 8):
+    for node in cluster_nodes(GPU_NODES, 8):
         node["metadata"].pop("uid", None)
         await kube.request("POST", "/api/v1/nodes", body=node)
     cpu = {
