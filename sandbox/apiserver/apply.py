@@ -5,8 +5,10 @@ Field sets are sets of paths; a path is a tuple of fieldsV1 elements: ``f:<field
 A list item's own membership is the path ending at its ``k:``/``v:`` element, written ``.`` in
 fieldsV1. Leaves are scalars, atomic lists and atomic maps.
 
-What is simplified: lists of built-in types are typed from a table of field names
-(``sandbox.apiserver.patch.MERGE_KEYS``) instead of the OpenAPI schema; versions are not converted
+Lists and maps of built-in kinds are typed from the Kubernetes 1.34 OpenAPI definitions
+(``x-kubernetes-list-type``/``-list-map-keys``/``-map-type``, else the patch strategy, as
+kube-openapi's schemaconv infers them); kinds without a definition fall back to a table of field
+names (``sandbox.apiserver.patch.MERGE_KEYS``). What is simplified: versions are not converted
 (each manager's entry records the apiVersion it used); there is no "before-first-apply" handling of
 client-side-apply's last-applied annotation.
 """
@@ -14,6 +16,7 @@ client-side-apply's last-applied annotation.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -61,6 +64,65 @@ class BuiltinTypes:
 
     def atomic_map(self, names: tuple[str, ...]) -> bool:
         return False
+
+
+class DefinitionTypes:
+    """List and map semantics of a built-in kind, from its OpenAPI definition (``$ref`` resolved)."""
+
+    def __init__(self, definition: str) -> None:
+        self.definition = definition
+
+    @staticmethod
+    def _resolve(node: Obj) -> Obj:
+        from sandbox.apiserver.schemas import definitions, ref_name
+
+        defs = definitions()
+        for _ in range(16):
+            ref = node.get("$ref") or next((s.get("$ref") for s in node.get("allOf") or [] if "$ref" in s), None)
+            if not isinstance(ref, str):
+                break
+            node = {**defs.get(ref_name(ref), {}), **{k: v for k, v in node.items() if k.startswith("x-")}}
+        return node
+
+    def _node(self, names: tuple[str, ...]) -> Obj:
+        from sandbox.apiserver.schemas import definitions
+
+        node = self._resolve(definitions().get(self.definition, {}))
+        for name in names:
+            if name == "[]":
+                node = self._resolve(node.get("items") or {})
+                continue
+            props = node.get("properties") or {}
+            if name in props:
+                node = self._resolve(props[name])
+            elif isinstance(node.get("additionalProperties"), dict):
+                node = self._resolve(node["additionalProperties"])
+            else:
+                return {}
+        return node
+
+    def list_type(self, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+        return _cached_list_type(self.definition, names)
+
+    def atomic_map(self, names: tuple[str, ...]) -> bool:
+        return self._node(names).get("x-kubernetes-map-type") == "atomic"
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_list_type(definition: str, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    node = DefinitionTypes(definition)._node(names)
+    if not node:
+        return BuiltinTypes().list_type(names)
+    kind = node.get("x-kubernetes-list-type")
+    if kind == "map":
+        return ("map", tuple(node.get("x-kubernetes-list-map-keys") or ()))
+    if kind in ("set", "atomic"):
+        return (str(kind), ())
+    # No list type: kube-openapi infers it from the strategic-merge-patch strategy.
+    if "merge" in str(node.get("x-kubernetes-patch-strategy") or "").split(","):
+        key = node.get("x-kubernetes-patch-merge-key")
+        return ("map", (str(key),)) if key else ("set", ())
+    return ("atomic", ())
 
 
 class SchemaTypes:

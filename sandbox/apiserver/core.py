@@ -218,7 +218,10 @@ class ApiCore:
         return obj
 
     def _types(self, rt: ResourceType) -> ssa.TypeInfo:
-        return ssa.SchemaTypes(rt.schema) if rt.custom else ssa.BuiltinTypes()
+        if rt.custom:
+            return ssa.SchemaTypes(rt.schema)
+        definition = schemas.definition_for(rt.group, rt.version, rt.kind)
+        return ssa.DefinitionTypes(definition) if definition else ssa.BuiltinTypes()
 
     def _storage_rt(self, rt: ResourceType) -> ResourceType:
         return self.registry.get(rt.group, rt.storage_version, rt.plural) or rt
