@@ -1,0 +1,143 @@
+"""The install path a cluster admin takes, in the sandbox: real Helm (helm-python-sdk) installs the
+chart, the operator runs as its own pods (processes of the installed ``gpucluster``) under its
+ServiceAccount with RBAC enforced, and kubectl looks at the result.
+
+Used by the end-to-end test (tests/e2e/test_helm_install.py) and by ``make try-chart``
+(``python -m tests.e2e.chart_install``), which leaves the installed sandbox running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import helm_python as helm
+
+from gpucluster.commands.run import NVIDIADRIVER_CRD
+from sandbox.server import SandboxThread
+from sandbox.sim import SimulationOptions
+from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe, set_values
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+NAMESPACE = "gpu-operator"
+RELEASE = "gpu-operator"
+RECIPES = {r.name: r for r in (DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED)}
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """``probe()`` until it returns something truthy, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = probe()
+        except (subprocess.CalledProcessError, json.JSONDecodeError) as exc:
+            value, last = None, exc
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last})")
+        time.sleep(interval)
+
+
+class Cluster:
+    """A sandbox with the simulated GPU cluster, process pods and RBAC, driven by kubectl and Helm."""
+
+    def __init__(self, *, nodes: int = 2, gpus_per_node: int = 4, kubeconfig: Path | None = None) -> None:
+        options = SimulationOptions(nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0))
+        self.thread = SandboxThread(simulate=options, kubeconfig_path=kubeconfig)
+        self.sandbox = self.thread.start()
+        self.kubeconfig = str(self.sandbox.kubeconfig_path)
+        self.helm = helm.Config(kubeconfig_path=self.kubeconfig, namespace=NAMESPACE)
+
+    def close(self) -> None:
+        self.helm.close()
+        self.thread.stop()
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [KUBECTL, "--kubeconfig", self.kubeconfig, *args],
+            input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, args, result.stdout, result.stderr)
+        return result.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def prepare(self, recipe: Recipe) -> None:
+        """What the recipe expects the cluster to have first: the NVIDIADriver API for an operator-managed driver."""
+        if recipe is DOCS_OPERATOR_MANAGED:
+            self.kubectl("create", "-f", "-", stdin=json.dumps(NVIDIADRIVER_CRD))
+            wait_for("the NVIDIADriver API", lambda: "nvidiadrivers" in self.kubectl("api-resources"), 30)
+
+    def install(self, recipe: Recipe, *extra: str, wait: str | None = None, timeout: int = 240) -> dict[str, Any]:
+        values = set_values(recipe.set_flags + extra)
+        return self.helm.install(
+            CHART_DIR, RELEASE, values, namespace=NAMESPACE, create_namespace=True, timeout=timeout, wait=wait
+        )
+
+    def upgrade(self, recipe: Recipe, *extra: str, timeout: int = 240) -> dict[str, Any]:
+        values = set_values(recipe.set_flags + extra)
+        return self.helm.upgrade(CHART_DIR, RELEASE, values, namespace=NAMESPACE, timeout=timeout)
+
+    def uninstall(self, timeout: int = 300) -> dict[str, Any]:
+        return self.helm.uninstall(RELEASE, timeout=timeout, wait="watcher")
+
+    def gpucluster_state(self) -> str | None:
+        found = self.get("gpuclusters")["items"]
+        return found[0].get("status", {}).get("state") if found else None
+
+    def wait_ready(self, timeout: float = 180) -> dict[str, Any]:
+        wait_for("the GPUCluster to be ready", lambda: self.gpucluster_state() == "ready", timeout)
+        return dict(self.get("gpucluster", "gpu-cluster"))
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        pods = self.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator")["items"]
+        return list(pods)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    cluster = Cluster(nodes=args.nodes, kubeconfig=Path(args.kubeconfig_out).resolve())
+    recipe = RECIPES[args.recipe]
+    try:
+        cluster.prepare(recipe)
+        started = time.monotonic()
+        cluster.install(recipe, wait="watcher")
+        print(f"helm install ({recipe.name}) done in {time.monotonic() - started:.0f}s; waiting for the GPUCluster")
+        cluster.wait_ready()
+        print(f"GPUCluster ready {time.monotonic() - started:.0f}s after the install started")
+        print(f"export KUBECONFIG={cluster.kubeconfig}")
+        print(
+            f"kubectl get gpucluster; kubectl get pods -n {NAMESPACE}; kubectl logs -n {NAMESPACE} deploy/{RELEASE}-gpucluster -c controller"
+        )
+        print("Ctrl-C to stop")
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Install the chart with real Helm into a fresh sandbox and keep it running."
+    )
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default=DOCS_PREINSTALLED.name)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--kubeconfig-out", default="sandbox.kubeconfig")
+    return _serve(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
