@@ -2,6 +2,11 @@
 
 Exit codes: 0 success, 1 a negative answer (unsatisfiable, legacy requests found, admission
 denied), 2 bad input or usage, with a one-line error on stderr. Never a traceback for bad input.
+
+Start-up is kept at interpreter speed: a command's module (and with it the Kubernetes client,
+aiohttp, the CEL compiler, ...) is imported only when that command runs. ``--help`` and
+``--version`` import none of them; the one-line helps below are checked against the modules' own
+by tests/test_startup.py.
 """
 
 from __future__ import annotations
@@ -14,15 +19,41 @@ from collections.abc import Sequence
 from gpucluster import __version__
 from gpucluster.errors import EXIT_USAGE, GpuclusterError
 
-# Commands of the ARCHITECTURE.md contract, in its order; each is a module of gpucluster.commands.
-CONTRACT = [
-    "webhook", "controller", "run", "sandbox", "validate", "render",
-    "admit", "match", "explain", "migrate", "audit", "certs",
-    "apply",  # beyond the contract: the chart's install hook
-]  # fmt: skip
+# Commands of the ARCHITECTURE.md contract, in its order, each a module of gpucluster.commands,
+# with the one-line help its register() gives (so --help needs no command module).
+COMMANDS: dict[str, str] = {
+    "webhook": "serve the validating and mutating admission webhook over HTTPS",
+    "controller": "reconcile the GPUCluster into the DRA stack",
+    "run": "webhook and controller; with no cluster configured, also a local sandbox cluster",
+    "sandbox": "run a local simulated GPU cluster (API server double) that kubectl can use",
+    "validate": "validate GPUCluster manifests and print them with defaults applied",
+    "render": "print the operand objects a GPUCluster deploys, as a YAML stream",
+    "admit": "answer an AdmissionReview offline, as the webhook would",
+    "match": "evaluate CEL device selectors against ResourceSlices",
+    "explain": "explain whether ResourceClaims can be allocated, node by node",
+    "migrate": "rewrite manifests that request nvidia.com/gpu or nvidia.com/mig-* into DRA claims",
+    "audit": "list workloads in a cluster that still request GPUs through extended resources",
+    "certs": "generate, rotate and inject the webhook's serving certificates",
+    # beyond the contract: the chart's install hook
+    "apply": "server-side apply objects, waiting until their admission webhooks can be called",
+}
+CONTRACT = list(COMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` asks for: the first word that is not an option (the top level has no
+    option taking a value), if it names a command."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full sub-parsers of the commands in ``load`` (every command when None)
+    and a placeholder carrying only the one-line help for the others."""
     parser = argparse.ArgumentParser(
         prog="gpucluster",
         description="NVIDIA GPUs on Kubernetes through Dynamic Resource Allocation: admission webhook, "
@@ -31,14 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in CONTRACT:
-        importlib.import_module(f"gpucluster.commands.{name}").register(subparsers)
+    for name, help_text in COMMANDS.items():
+        if load is None or name in load:
+            importlib.import_module(f"gpucluster.commands.{name}").register(subparsers)
+        else:
+            subparsers.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = _command_named(words)
+    parser = build_parser([] if command is None else [command])
+    args = parser.parse_args(words)
     try:
         code: int = args.func(args)
     except GpuclusterError as exc:

@@ -19,13 +19,20 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from certs import files, inject, rotation, rotator
+from certs import files, inject, rotation
 from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, GpuclusterError, InputError
-from gpucluster.kube.client import Kube, KubeError
+
+if TYPE_CHECKING:
+    from certs import rotator
+    from gpucluster.kube.client import Kube
+
+# The Kubernetes client (and certs.rotator, which uses it) is imported only by the subcommands that
+# talk to a cluster: `certs generate` starts without it.
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_NAME = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -138,10 +145,14 @@ def _probe(value: str | None) -> tuple[str, int] | None:
 
 
 async def _connect(kubeconfig: str | None) -> Kube:
+    from gpucluster.kube.client import Kube
+
     return await Kube.connect(kubeconfig)
 
 
 def run_rotate(args: argparse.Namespace) -> int:
+    from certs import rotator
+
     _check_service(args)
     if len(args.secret) > 253 or not _DNS_NAME.match(args.secret):
         raise InputError(f'--secret: Invalid value: "{args.secret}": must be a DNS subdomain name')
@@ -163,6 +174,9 @@ def run_rotate(args: argparse.Namespace) -> int:
 
 
 async def _rotate(kubeconfig: str | None, options: rotator.RotateOptions, interval: float | None) -> int:
+    from certs import rotator
+    from gpucluster.kube.client import KubeError
+
     kube = await _connect(kubeconfig)
     try:
         if interval is not None:
@@ -207,6 +221,8 @@ def run_inject(args: argparse.Namespace) -> int:
 
 
 async def _inject(kubeconfig: str | None, bundle: bytes) -> int:
+    from gpucluster.kube.client import KubeError
+
     kube = await _connect(kubeconfig)
     try:
         results = await inject.inject(kube, bundle)

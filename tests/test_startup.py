@@ -1,0 +1,81 @@
+"""Start-up stays at interpreter speed: `--help`/`--version` import no command module, commands that
+do not talk to a cluster never import the Kubernetes client, and the static help table is the
+commands' own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpucluster.cli import COMMANDS, build_parser
+
+# Prints, as JSON, which heavy modules the given argv imported (the command may exit through
+# SystemExit: --help and --version do).
+PROBE = """
+import json, sys
+from gpucluster.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = ("kubernetes", "aiohttp", "lark", "gpucluster.commands.", "gpucluster.dra.cel.parser", "yaml")
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
+"""
+
+
+def imported(*argv: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60, check=False)
+    return list(json.loads(out.stderr.strip().splitlines()[-1]))
+
+
+def test_static_help_table_is_each_commands_own_help() -> None:
+    parser = build_parser()  # every command module, as tests and docs see them
+    [subparsers] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    assert helps == COMMANDS
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], []])
+def test_top_level_imports_no_command(argv: list[str]) -> None:
+    assert imported(*argv) == []
+
+
+@pytest.mark.parametrize("command", ["sandbox", "validate", "render", "admit", "match", "explain", "migrate", "apply"])
+def test_offline_commands_do_not_import_the_kubernetes_client(command: str) -> None:
+    modules = imported(command, "--help")
+    assert f"gpucluster.commands.{command}" in modules
+    assert not [m for m in modules if m.startswith(("kubernetes", "gpucluster.commands.")) and not m.endswith(command)]
+
+
+def test_certs_generate_does_not_import_the_kubernetes_client() -> None:
+    assert not [m for m in imported("certs", "generate", "--help") if m.startswith("kubernetes")]
+
+
+def test_a_command_help_is_its_full_parser() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucluster.cli", "explain", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0
+    assert "--cluster" in out.stdout
+
+
+def _fastest(argv: list[str], runs: int = 7) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, capture_output=True, timeout=60, check=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_version_starts_within_five_times_a_bare_interpreter() -> None:
+    # Fastest of several runs on each side: the machine is shared, the floor is what we compare.
+    bare = _fastest([sys.executable, "-c", "pass"])
+    version = _fastest([sys.executable, "-m", "gpucluster.cli", "--version"])
+    assert version <= 5 * bare, f"--version {version * 1000:.0f} ms vs python -c pass {bare * 1000:.0f} ms"
