@@ -103,7 +103,22 @@ KSERVE_CONTAINER = "kserve-container"
 ARGO_MAIN = "main"
 
 _MENTIONS_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-)")
-_EMBEDDED_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:\s*[\"']?\d")
+# A GPU count as a key of embedded text (YAML or JSON); the value may be a parameter
+# ("{{inputs.parameters.gpus}}"), so anything follows the colon. ``nvidia.com/gpu.product:`` (a
+# node label) does not match.
+_EMBEDDED_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:[ \t]*[^\s,}]")
+# Fractional-GPU resources of GPU-sharing schedulers that qualify a whole-GPU count in the same
+# container: HAMi (nvidia.com/gpumem, gpumem-percentage, gpucores, priority), and the names other
+# sharing schedulers use (Volcano vgpu-*, TKE vcuda-*, Alibaba gpu-mem, gpu-memory, gpu-core ...).
+# The count and its qualifiers are one request to one allocator: claiming a whole GPU through DRA
+# while the qualifiers stay would split it across two.
+_HAMI_SHARING = frozenset(
+    {"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}
+)
+_SHARING = re.compile(
+    r"^[\w.-]+/(?:gpu-?mem(?:ory)?(?:-percentage|-ratio)?|gpu-?cores?|gpu-?fraction|gpu-?percentage"
+    r"|vgpu-[\w-]+|vcuda-[\w-]+|vgpu)$"
+)
 
 
 @dataclass
@@ -393,6 +408,7 @@ class _Context:
     templates: list[dict[str, Any]] = field(default_factory=list)
     unhandled: list[str] = field(default_factory=list)
     covered: list[Path] = field(default_factory=list)
+    reported: set[Path] = field(default_factory=set)  # strings already reported as problems
 
 
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -458,12 +474,18 @@ def _translate(
             note = f"opted out ({opted_out} {ctx.opt_out}=false); left as it is"
             ctx.workloads.append(Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), notes=[note]))
         return None
+    masked, shared, sharing_problems = _mask_shared(pod_spec, ctx.config)
     translation = translate_pod_spec(
-        pod_spec, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
+        masked, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
     )
-    if not translation.changed and not translation.problems:
+    if translation.changed:  # the shared containers go back as they were
+        for fld, index in shared:
+            translation.pod_spec[fld][index] = pod_spec[fld][index]
+    if not translation.changed and not translation.problems and not sharing_problems:
         return None
-    workload = Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), problems=list(translation.problems))
+    workload = Workload(
+        ctx.source, ctx.document, ctx.obj, _fmt(where), problems=[*sharing_problems, *translation.problems]
+    )
     ctx.workloads.append(workload)
     if translation.changed and aliased:
         workload.problems.append("uses YAML anchors, aliases or merge keys; expand them, then migrate")
@@ -475,6 +497,59 @@ def _translate(
         workload.templates = [str(t["metadata"]["name"]) for t in translation.templates]
         ctx.templates.extend(translation.templates)
     return workload
+
+
+def _sharing(resource: str, config: TranslationConfig) -> bool:
+    return config.resolve(resource) is None and (resource in _HAMI_SHARING or bool(_SHARING.match(resource)))
+
+
+def _container_label(fld: str, container: Mapping[str, Any], index: int) -> str:
+    kind = (
+        "container"
+        if fld == "containers"
+        else "sidecar"
+        if container.get("restartPolicy") == "Always"
+        else "init container"
+    )
+    return f"{kind} {container.get('name', f'{fld}[{index}]')}"
+
+
+def _mask_shared(
+    pod_spec: dict[str, Any], config: TranslationConfig
+) -> tuple[dict[str, Any], list[tuple[str, int]], list[str]]:
+    """``pod_spec`` without the GPU requests of containers that qualify them with GPU-sharing
+    resources (those containers stay as they are), the (field, index) of those containers, and
+    why each is left alone."""
+    masked = dict(pod_spec)
+    shared: list[tuple[str, int]] = []
+    problems: list[str] = []
+    for fld in ("initContainers", "containers"):
+        containers = pod_spec.get(fld)
+        if not isinstance(containers, list):
+            continue
+        for index, container in enumerate(containers):
+            resources = _mapping((_mapping(container) or {}).get("resources")) or {}
+            sections = {s: _mapping(resources.get(s)) or {} for s in ("limits", "requests")}
+            names = {str(k) for values in sections.values() for k in values}
+            gpus = sorted(n for n in names if config.resolve(n) is not None)
+            qualifiers = sorted(n for n in names if _sharing(n, config))
+            if not gpus or not qualifiers:
+                continue
+            shared.append((fld, index))
+            problems.append(
+                f"{_container_label(fld, container, index)}: {', '.join(gpus)} qualified by {', '.join(qualifiers)} "
+                "(GPU sharing by HAMi or a similar scheduler: a fraction of a GPU, which a DRA claim of whole "
+                "devices cannot express); container left unchanged"
+            )
+            stripped = {
+                s: {k: v for k, v in values.items() if str(k) not in gpus and not _sharing(str(k), config)}
+                for s, values in sections.items()
+                if s in resources
+            }
+            copy = dict(container)
+            copy["resources"] = {**resources, **stripped}
+            masked[fld] = [*masked[fld][:index], copy, *masked[fld][index + 1 :]]
+    return masked, shared, problems
 
 
 def _pod_template(ctx: _Context, holder: MutableMapping[str, Any], where: Path) -> None:
@@ -680,6 +755,7 @@ def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *
                 "ResourceClaimTemplate); template left unchanged"
             )
     if blocker is not None:
+        ctx.reported.add((*where, "podSpecPatch"))
         if _requests_gpus(pod_spec, ctx.config) or _MENTIONS_GPU.search(str(patch_text)):
             ctx.workloads.append(Workload(ctx.source, ctx.document, ctx.obj, label, problems=[blocker]))
         return
@@ -713,44 +789,84 @@ def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *
                 )
 
 
-def _scan_unhandled(ctx: _Context, node: Any, where: Path) -> None:
-    """GPU requests (and manifests embedded in strings) outside the pod specs handled above."""
-    if any(where[: len(c)] == c for c in ctx.covered):
+def _gpu_names(values: Mapping[str, Any] | None, config: TranslationConfig) -> list[str]:
+    return sorted(str(k) for k in values or {} if config.watched(str(k)) or config.resolve(str(k)) is not None)
+
+
+def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = False) -> None:
+    """GPU requests (and manifests embedded in strings) outside the pod specs handled above.
+
+    Inside a pod spec handled above (``inside``) only strings are looked at: its requests were
+    migrated or reported by the translation, but text embedded in it (an Argo ``resource.manifest``)
+    was not. A container's limits and requests are one entry.
+    """
+    if where in ctx.reported:
         return
+    inside = inside or any(where[: len(c)] == c for c in ctx.covered)
     mapping = _mapping(node)
     if mapping is not None:
-        for section in ("limits", "requests"):
-            values = _mapping(mapping.get(section))
-            if values is None:
-                continue
-            names = sorted(
-                str(k) for k in values if ctx.config.watched(str(k)) or ctx.config.resolve(str(k)) is not None
-            )
-            if names:
+        if not inside:
+            found = {s: _gpu_names(_mapping(mapping.get(s)), ctx.config) for s in ("limits", "requests")}
+            sections = [s for s, names in found.items() if names]
+            if sections:
+                names = sorted({n for s in sections for n in found[s]})
+                at = _fmt((*where, sections[0])) if len(sections) == 1 else f"{_fmt(where)} (limits and requests)"
                 ctx.unhandled.append(
-                    f"{ctx.obj} {_fmt((*where, section))}: {', '.join(names)} outside a pod template "
-                    "gpucluster can rewrite; left as it is"
+                    f"{ctx.obj} {at}: {', '.join(names)} outside a pod template gpucluster can rewrite; left as it is"
                 )
         for key, value in mapping.items():
             # Annotations hold copies (last-applied-configuration, ours); status reports, not requests.
             if key != "annotations" and not (key == "status" and not where):
-                _scan_unhandled(ctx, value, (*where, str(key)))
+                _scan_unhandled(ctx, value, (*where, str(key)), inside=inside)
         return
     items = _seq(node)
     if items is not None:
         for index, value in enumerate(items):
-            _scan_unhandled(ctx, value, (*where, index))
+            _scan_unhandled(ctx, value, (*where, index), inside=inside)
         return
     if isinstance(node, str) and _EMBEDDED_GPU.search(node):
+        inner = _embedded_requests(node, ctx.config)
+        what = "; ".join(inner) if inner else "requests GPUs through extended resources"
         ctx.unhandled.append(
-            f"{ctx.obj} {_fmt(where)}: text embedded in a string requests GPUs through extended "
-            "resources; migrate it by hand"
+            f"{ctx.obj} {_fmt(where)}: text embedded in a string (a manifest or patch gpucluster does not "
+            f"rewrite): {what}; migrate it by hand"
         )
+
+
+def _embedded_requests(text: str, config: TranslationConfig) -> list[str]:
+    """Where the text of an embedded manifest (YAML or JSON, one document or a stream) asks for
+    GPUs: ``"Job train spec.template.spec.containers[0].resources: nvidia.com/gpu"``. Empty when
+    it does not parse (template syntax) or has no such request."""
+    try:
+        docs = list(YAML(typ="safe", pure=True).load_all(text))
+    except (YAMLError, ValueError, TypeError):
+        return []
+    found: list[str] = []
+
+    def walk(node: Any, path: Path, obj: str) -> None:
+        if isinstance(node, Mapping):
+            names = sorted({n for s in ("limits", "requests") for n in _gpu_names(_mapping(node.get(s)), config)})
+            if names:
+                found.append(f"{obj}{_fmt(path) or '.'}: {', '.join(names)}".strip())
+            for key, value in node.items():
+                walk(value, (*path, str(key)), obj)
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, (*path, index), obj)
+
+    for doc in docs:
+        if isinstance(doc, Mapping):
+            meta = _mapping(doc.get("metadata")) or {}
+            name = meta.get("name") or meta.get("generateName") or ""
+            obj = " ".join(str(p) for p in (doc.get("kind"), name) if p)
+            walk(doc, (), f"{obj} " if obj else "")
+    return found
 
 
 def _migrate_object(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
     ctx.obj, ctx.namespace = _identity(obj)
     ctx.covered = []
+    ctx.reported = set()
     api_version = str(obj.get("apiVersion") or "")
     kind = obj.get("kind")
     if kind == "Pod" and api_version == "v1" and _is_pod_template(obj):

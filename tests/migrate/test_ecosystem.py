@@ -1,0 +1,168 @@
+"""Issue 17: manifests of the GPU ecosystem as their projects publish them; each case is migrated
+right or reported with its path and reason (HAMi sharing, Argo embedded manifests, Kubeflow
+trainer runtimes, KServe LLMInferenceService), and formatting of changed documents is kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpucluster.migrate import MigrateResult, migrate_text
+from tests.migrate.conftest import Main
+from webhook.rules.pods import WEBHOOK_CONFIG
+from webhook.settings import TRANSLATE_LABEL
+
+
+def migrate(text: str, source: str = "test.yaml") -> MigrateResult:
+    return migrate_text(text, source, config=WEBHOOK_CONFIG, opt_out_label=TRANSLATE_LABEL)
+
+
+def docs(text: str) -> list[Any]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+# ----------------------------------------------------------------------------- HAMi sharing
+
+HAMI_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: gpu-pod
+spec:
+  containers:
+    - name: ubuntu-container
+      image: ubuntu:18.04
+      command: ["bash", "-c", "sleep 86400"]
+      resources:
+        limits:
+          nvidia.com/gpu: 2 # requesting 2 vGPUs
+          nvidia.com/gpumem: 3000 # Each vGPU contains 3000m device memory
+          nvidia.com/gpucores: 30 # Each vGPU uses 30% of the entire GPU
+    - name: whole
+      image: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+
+
+def test_hami_shared_container_is_left_unchanged_and_reported() -> None:
+    result = migrate(HAMI_POD)
+    (pod,) = docs(result.text)[1:]
+    shared, whole = pod["spec"]["containers"]
+    assert shared["resources"] == {
+        "limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
+    }
+    assert "claims" not in shared["resources"]
+    assert whole["resources"] == {"claims": [{"name": "gpu-0"}]}
+    # The shared container's lines stay byte for byte, comments included.
+    assert "          nvidia.com/gpumem: 3000 # Each vGPU contains 3000m device memory\n" in result.text
+    (workload,) = result.workloads
+    assert workload.migrated and workload.devices == {"gpu.nvidia.com": 1}
+    (problem,) = workload.problems
+    assert problem.startswith(
+        "container ubuntu-container: nvidia.com/gpu qualified by nvidia.com/gpucores, nvidia.com/gpumem"
+    )
+    assert "container left unchanged" in problem
+    assert result.needs_migration
+
+
+def test_hami_percentage_only_container_leaves_the_pod_unchanged() -> None:
+    text = HAMI_POD.replace("nvidia.com/gpumem: 3000", "nvidia.com/gpumem-percentage: 50").split("    - name: whole")[0]
+    result = migrate(text)
+    assert not result.changed and result.text == text
+    (workload,) = result.workloads
+    assert not workload.migrated
+    assert ["nvidia.com/gpumem-percentage" in p for p in workload.problems] == [True]
+
+
+# ----------------------------------------------------------------------------- embedded manifests
+
+ARGO_RESOURCE = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: k8s-jobs-
+spec:
+  entrypoint: pi-tmpl
+  templates:
+  - name: pi-tmpl
+    resource:                   # indicates that this is a resource template
+      action: create            # can be any kubectl action (e.g. create, delete, apply, patch)
+      successCondition: status.succeeded > 0
+      failureCondition: status.failed > 3
+      manifest: |               #put your kubernetes spec here
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          generateName: pi-job-
+        spec:
+          template:
+            metadata:
+              name: pi
+            spec:
+              containers:
+              - name: pi
+                image: perl
+                command: ["perl",  "-Mbignum=bpi", "-wle", "print bpi(2000)"]
+                resources:
+                  limits:
+                    nvidia.com/gpu: "1"
+                  requests:
+                    nvidia.com/gpu: "1"
+              restartPolicy: Never
+          backoffLimit: 4
+"""
+
+
+def test_gpu_request_in_argo_resource_manifest_is_reported_with_its_path() -> None:
+    result = migrate(ARGO_RESOURCE)
+    assert not result.changed
+    assert result.unhandled == [
+        "Workflow k8s-jobs-* spec.templates[0].resource.manifest: text embedded in a string (a manifest or patch "
+        "gpucluster does not rewrite): Job pi-job- spec.template.spec.containers[0].resources: nvidia.com/gpu; "
+        "migrate it by hand"
+    ]
+    assert result.needs_migration
+
+
+def test_templated_embedded_manifest_is_reported_even_when_it_does_not_parse() -> None:
+    text = ARGO_RESOURCE.replace('nvidia.com/gpu: "1"', "nvidia.com/gpu: {{inputs.parameters.gpus}}")
+    result = migrate(text)
+    (line,) = result.unhandled
+    assert line.startswith("Workflow k8s-jobs-* spec.templates[0].resource.manifest: text embedded in a string")
+    assert "requests GPUs through extended resources" in line
+
+
+# ----------------------------------------------------------------------------- counting
+
+TRAINJOB = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: pytorch-distributed
+  namespace: team-a
+spec:
+  runtimeRef:
+    name: torch-distributed
+  trainer:
+    numNodes: 2
+    resourcesPerNode:
+      limits:
+        nvidia.com/gpu: "2"
+      requests:
+        nvidia.com/gpu: "2"
+"""
+
+
+def test_limits_and_requests_of_one_container_count_once(gpucluster: Main, tmp_path: Any, capsys: Any) -> None:
+    result = migrate(TRAINJOB)
+    assert result.unhandled == [
+        "TrainJob team-a/pytorch-distributed spec.trainer.resourcesPerNode (limits and requests): nvidia.com/gpu "
+        "outside a pod template gpucluster can rewrite; left as it is"
+    ]
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(TRAINJOB)
+    assert gpucluster("migrate", "-f", str(path), "--check") == 1
+    assert "0 ResourceClaimTemplates to create, 1 GPU request not migrated" in capsys.readouterr().err
