@@ -31,6 +31,7 @@ import inspect
 import ipaddress
 import logging
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -749,6 +750,9 @@ class ProcessRuntime:
         self._leaving: dict[str, PodRuntime] = {}  # uid -> pods gone from the API, still stopping
         self._background: set[asyncio.Task[None]] = set()
         self._next_ip = 0
+        # Each sandbox draws its own /16 of the loopback range, so two sandboxes on one machine (or
+        # a stale process of an earlier one) never hold the same pod address and port.
+        self._ip_base = ipaddress.IPv4Address("127.0.0.0") + (1 + secrets.randbelow(254)) * 65536
 
     @property
     def root(self) -> Path:
@@ -791,8 +795,8 @@ class ProcessRuntime:
         used = {ip for ip, _ in self._ips.values()}
         while True:
             self._next_ip += 1
-            # 127.1.0.1 upwards, skipping .0 and .255 host parts (some tools refuse them).
-            candidate = str(ipaddress.IPv4Address("127.1.0.0") + self._next_ip)
+            # <base>.0.1 upwards, skipping .0 and .255 host parts (some tools refuse them).
+            candidate = str(self._ip_base + self._next_ip)
             if candidate.endswith((".0", ".255")) or candidate in used:
                 continue
             return candidate
