@@ -57,3 +57,27 @@ def threaded() -> Iterator[SandboxThread]:
         yield runner
     finally:
         runner.stop()
+
+
+PYTHON_IMAGE = "example.com/python:3"  # runs this interpreter as a process: the image entrypoint is python
+
+
+async def process_sandbox(tmp_path: Path, backoff: tuple[float, float] = (0.2, 1.0)) -> Sandbox:
+    """A started sandbox with one node whose pods of PYTHON_IMAGE run as local processes, a short
+    crash-loop back-off, and the ServiceAccount "default" in namespace default (the sandbox has no
+    ServiceAccount controller)."""
+    import sys
+
+    from sandbox.sim import SimulationOptions
+
+    options = SimulationOptions(
+        nodes=1,
+        process_images={PYTHON_IMAGE.split(":")[0]: [sys.executable]},
+        restart_backoff=backoff,
+        process_root=tmp_path / "pods",
+    )
+    s = Sandbox(simulate=options)
+    await s.start()
+    accounts = rt(s.core, "", "v1", "serviceaccounts")
+    await s.core.create(accounts, "default", {"metadata": {"name": "default"}}, Context(field_manager="test"))
+    return s

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ from sandbox.apiserver.core import Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.webhooks import service_endpoint
 from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
-from tests.sandbox.conftest import KUBECTL, rt
+from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 from tests.sandbox.test_process_kubelet import eventually
 
 NS = "default"
@@ -28,15 +26,7 @@ SLICES = ("discovery.k8s.io", "endpointslices")
 
 @pytest.fixture
 async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
-    options = SimulationOptions(
-        nodes=1,
-        process_images={"example.com/python": [sys.executable]},
-        restart_backoff=(0.2, 1.0),
-        process_root=tmp_path / "pods",
-    )
-    s = Sandbox(simulate=options)
-    await s.start()
-    await create(s, "serviceaccounts", {"metadata": {"name": "default"}})
+    s = await process_sandbox(tmp_path)
     try:
         yield s
     finally:

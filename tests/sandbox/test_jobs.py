@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,7 @@ import pytest
 
 from sandbox.apiserver.core import Context
 from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
-from tests.sandbox.conftest import KUBECTL, rt
+from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 from tests.sandbox.test_process_kubelet import eventually
 
 NS = "default"
@@ -24,17 +22,7 @@ PYTHON = "example.com/python:3"
 
 @pytest.fixture
 async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
-    options = SimulationOptions(
-        nodes=1,
-        process_images={"example.com/python": [sys.executable]},
-        restart_backoff=(0.2, 1.0),
-        process_root=tmp_path / "pods",
-    )
-    s = Sandbox(simulate=options)
-    await s.start()
-    await s.core.create(
-        rt(s.core, "", "v1", "serviceaccounts"), NS, {"metadata": {"name": "default"}}, Context(field_manager="t")
-    )
+    s = await process_sandbox(tmp_path)
     try:
         yield s
     finally:

@@ -18,7 +18,7 @@ import pytest
 from sandbox.apiserver.core import Context
 from sandbox.server import Sandbox
 from sandbox.sim import SimulationOptions
-from tests.sandbox.conftest import KUBECTL, rt
+from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 
 PYTHON = "example.com/python:3"  # runs this interpreter: the image entrypoint is python
 GPUCLUSTER = "ghcr.io/gpucluster/gpucluster:0.1.0"
@@ -27,16 +27,7 @@ NS = "default"
 
 @pytest.fixture
 async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
-    options = SimulationOptions(
-        nodes=1,
-        process_images={"example.com/python": [sys.executable]},
-        restart_backoff=(0.3, 1.2),
-        process_root=tmp_path / "pods",
-    )
-    s = Sandbox(simulate=options)
-    await s.start()
-    ctx = Context(field_manager="test")
-    await s.core.create(rt(s.core, "", "v1", "serviceaccounts"), NS, {"metadata": {"name": "default"}}, ctx)
+    s = await process_sandbox(tmp_path, backoff=(0.3, 1.2))
     try:
         yield s
     finally:
