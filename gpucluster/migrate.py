@@ -56,6 +56,15 @@ What the output looks like
   input is not added again. Templates get the namespace of the workload; a workload without
   ``metadata.namespace`` gets templates without one, which ``kubectl apply`` puts in the same
   namespace as the workload (the context's, or ``-n``).
+* A cluster-scoped object whose pod templates run in the namespaces of the objects that use it
+  (Kubeflow ``ClusterTrainingRuntime``, Argo ``ClusterWorkflowTemplate``, any ``Cluster*`` kind
+  without a namespace) gets no template documents: its pod templates are labelled and annotated
+  the way the webhook marks a translated pod (``TRANSLATED_LABEL``, ``TEMPLATES_ANNOTATION``), so
+  the controller creates the templates in each namespace where the pods start; the report names
+  each template and its spec for clusters without the controller.
+* A container that qualifies its GPU count with GPU-sharing resources (HAMi's
+  ``nvidia.com/gpumem``, ``nvidia.com/gpucores`` ...) is left unchanged and reported: a whole-GPU
+  claim beside the qualifiers would split one request across two allocators.
 * YAML stays YAML, multi-document streams keep their order, and only documents that change are
   re-serialised (ruamel.yaml round trip, comments and quoting kept, indentation detected per
   document); every other document, separator and comment is copied byte for byte. JSON input
@@ -86,7 +95,15 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from ruamel.yaml.tokens import CommentToken
 
 from gpucluster.errors import InputError
-from gpucluster.translate import DEFAULT_CONFIG, Translation, TranslationConfig, translate_pod_spec
+from gpucluster.translate import (
+    DEFAULT_CONFIG,
+    TEMPLATES_ANNOTATION,
+    TRANSLATED_LABEL,
+    Translation,
+    TranslationConfig,
+    templates_annotation,
+    translate_pod_spec,
+)
 
 __all__ = ["MigrateResult", "Workload", "migrate_text"]
 
@@ -100,6 +117,11 @@ KSERVE_FRAMEWORKS = (
     "pmml", "lightgbm", "paddle", "alibi", "art",
 )  # fmt: skip
 KSERVE_CONTAINER = "kserve-container"
+# Cluster-scoped kinds whose pod templates run in other objects' namespaces: who those are.
+CLUSTER_SCOPED_USERS = {
+    "ClusterTrainingRuntime": "the TrainJobs whose runtimeRef names it",
+    "ClusterWorkflowTemplate": "the Workflows that reference it (workflowTemplateRef, templateRef with clusterScope)",
+}
 ARGO_MAIN = "main"
 
 _MENTIONS_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-)")
@@ -384,13 +406,30 @@ def _merge_annotations(holder: MutableMapping[str, Any], annotations: Mapping[st
         sync(current, {**plain(current), **annotations})
 
 
-def _annotate_template(holder: MutableMapping[str, Any], annotations: Mapping[str, str], *, before: str) -> None:
-    """Add ``annotations`` to ``holder["metadata"]["annotations"]`` (a pod template's metadata)."""
+def _annotate_template(
+    holder: MutableMapping[str, Any],
+    annotations: Mapping[str, str],
+    *,
+    before: str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """Add ``annotations`` (and ``labels``) to ``holder["metadata"]`` (a pod template's metadata)."""
     meta = _mapping(holder.get("metadata"))
     if meta is None:
-        _set_field(holder, "metadata", {"annotations": dict(annotations)}, before=before)
-    else:
-        _merge_annotations(meta, annotations)
+        _set_field(
+            holder,
+            "metadata",
+            {**({"labels": dict(labels)} if labels else {}), "annotations": dict(annotations)},
+            before=before,
+        )
+        return
+    if labels:
+        current = _mapping(meta.get("labels"))
+        if current is None:
+            _set_field(meta, "labels", dict(labels), before="annotations" if "annotations" in meta else None)
+        else:
+            sync(current, {**plain(current), **labels})
+    _merge_annotations(meta, annotations)
 
 
 # ----------------------------------------------------------------------------- per object
@@ -408,6 +447,13 @@ class _Context:
     templates: list[dict[str, Any]] = field(default_factory=list)
     unhandled: list[str] = field(default_factory=list)
     covered: list[Path] = field(default_factory=list)
+    cluster_scoped: bool = False
+
+    @property
+    def labels(self) -> dict[str, str] | None:
+        """Labels the pod templates of the current object get besides the translation's annotations."""
+        return {TRANSLATED_LABEL: "true"} if self.cluster_scoped else None
+
     reported: set[Path] = field(default_factory=set)  # strings already reported as problems
 
 
@@ -490,12 +536,19 @@ def _translate(
     if translation.changed and aliased:
         workload.problems.append("uses YAML anchors, aliases or merge keys; expand them, then migrate")
     elif translation.changed:
+        if ctx.cluster_scoped:
+            # The pods run in the namespaces of whoever uses this object: the controller creates
+            # the templates there, from the record the webhook would have written.
+            translation.annotations[TEMPLATES_ANNOTATION] = templates_annotation(translation.templates)
         apply(translation)
         workload.migrated = True
         workload.devices = dict(translation.devices)
         workload.changes = list(translation.changes)
         workload.templates = [str(t["metadata"]["name"]) for t in translation.templates]
-        ctx.templates.extend(translation.templates)
+        if ctx.cluster_scoped:
+            workload.notes.append(_cluster_scoped_note(ctx, translation.templates))
+        else:
+            ctx.templates.extend(translation.templates)
     return workload
 
 
@@ -552,6 +605,21 @@ def _mask_shared(
     return masked, shared, problems
 
 
+def _cluster_scoped_note(ctx: _Context, templates: list[dict[str, Any]]) -> str:
+    kind = ctx.obj.split(" ", 1)[0]
+    users = CLUSTER_SCOPED_USERS.get(kind, f"the namespaced objects that use this {kind}")
+    what = "; ".join(
+        f"ResourceClaimTemplate {t['metadata']['name']} with spec {json.dumps(t['spec'], sort_keys=True)}"
+        for t in templates
+    )
+    return (
+        f"cluster-scoped: its pods run in the namespaces of {users}, so no ResourceClaimTemplate is added "
+        f"here; the pod template is labelled {TRANSLATED_LABEL}=true and records the templates in "
+        f"{TEMPLATES_ANNOTATION}, so the gpucluster controller creates them in each namespace where its pods "
+        f"start. Without the controller, create in every such namespace (kubectl apply -n NAMESPACE): {what}"
+    )
+
+
 def _pod_template(ctx: _Context, holder: MutableMapping[str, Any], where: Path) -> None:
     """``{metadata?, spec: PodSpec}``: the spec is translated as a whole, annotations on metadata."""
     spec = holder["spec"]
@@ -560,7 +628,7 @@ def _pod_template(ctx: _Context, holder: MutableMapping[str, Any], where: Path) 
 
     def apply(translation: Translation) -> None:
         sync(spec, translation.pod_spec)
-        _annotate_template(holder, translation.annotations, before="spec")
+        _annotate_template(holder, translation.annotations, before="spec", labels=ctx.labels)
 
     aliased = _uses_aliases(spec) or (
         _uses_aliases(meta.get("annotations")) if meta is not None and "annotations" in meta else _anchored(meta)
@@ -718,10 +786,10 @@ def _argo(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
         if tmpl is not None:
             where: Path = (*base, "templates", index)
             ctx.covered.append(where)
-            _argo_template(ctx, tmpl, where, cluster_scoped=obj.get("kind") == "ClusterWorkflowTemplate")
+            _argo_template(ctx, tmpl, where)
 
 
-def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *, cluster_scoped: bool) -> None:
+def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path) -> None:
     parts = _Parts()
     for key in ("container", "script"):
         if _mapping(tmpl.get(key)) is not None:
@@ -774,7 +842,7 @@ def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *
         else:
             _set_field(tmpl, "podSpecPatch", text)
         body = next((k for k in tmpl if k in ("container", "script", "containerSet")), "container")
-        _annotate_template(tmpl, translation.annotations, before=body)
+        _annotate_template(tmpl, translation.annotations, before=body, labels=ctx.labels)
 
     meta = _mapping(tmpl.get("metadata"))
     opted_out = _opted_out(ctx, ("template", meta))
@@ -783,10 +851,6 @@ def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path, *
         workload.where = label
         if workload.migrated:
             workload.notes.append("claims added to podSpecPatch (Argo templates have no resourceClaims field)")
-            if cluster_scoped:
-                workload.notes.append(
-                    "ClusterWorkflowTemplate: create the ResourceClaimTemplates in every namespace that runs it"
-                )
 
 
 def _gpu_names(values: Mapping[str, Any] | None, config: TranslationConfig) -> list[str]:
@@ -863,9 +927,19 @@ def _embedded_requests(text: str, config: TranslationConfig) -> list[str]:
     return found
 
 
+def _cluster_scoped(obj: Mapping[str, Any]) -> bool:
+    """A cluster-scoped object whose pod templates are used from any namespace (Kubeflow's
+    ClusterTrainingRuntime, Argo's ClusterWorkflowTemplate; by convention any ``Cluster*`` kind
+    without a namespace)."""
+    kind = str(obj.get("kind") or "")
+    meta = _mapping(obj.get("metadata")) or {}
+    return kind in CLUSTER_SCOPED_USERS or (kind.startswith("Cluster") and not meta.get("namespace"))
+
+
 def _migrate_object(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
     ctx.obj, ctx.namespace = _identity(obj)
     ctx.covered = []
+    ctx.cluster_scoped = _cluster_scoped(obj)
     ctx.reported = set()
     api_version = str(obj.get("apiVersion") or "")
     kind = obj.get("kind")

@@ -8,7 +8,9 @@ from typing import Any
 
 import yaml
 
+from controller.provision import wanted_templates
 from gpucluster.migrate import MigrateResult, migrate_text
+from gpucluster.translate import TRANSLATED_LABEL
 from tests.migrate.conftest import Main
 from webhook.rules.pods import WEBHOOK_CONFIG
 from webhook.settings import TRANSLATE_LABEL
@@ -166,3 +168,64 @@ def test_limits_and_requests_of_one_container_count_once(gpucluster: Main, tmp_p
     path.write_text(TRAINJOB)
     assert gpucluster("migrate", "-f", str(path), "--check") == 1
     assert "0 ResourceClaimTemplates to create, 1 GPU request not migrated" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- cluster-scoped templates
+
+CLUSTER_RUNTIME = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: torch-distributed
+  labels:
+    trainer.kubeflow.org/framework: torch
+spec:
+  mlPolicy:
+    numNodes: 1
+    torch:
+      numProcPerNode: auto
+  template:
+    spec:
+      replicatedJobs:
+        - name: node
+          template:
+            metadata:
+              labels:
+                trainer.kubeflow.org/trainjob-ancestor-step: trainer
+            spec:
+              template:
+                spec:
+                  containers:
+                    - name: node
+                      image: pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+                      command:
+                        - /bin/bash
+                        - -c
+                        - |
+                          echo "Torch Distributed Runtime"
+                      resources:
+                        limits:
+                          nvidia.com/gpu: 8
+"""
+
+
+def test_cluster_training_runtime_gets_no_namespaceless_template_and_says_what_to_create_where() -> None:
+    result = migrate(CLUSTER_RUNTIME)
+    assert result.created == []
+    (runtime,) = docs(result.text)
+    assert [d for d in docs(result.text) if d["kind"] == "ResourceClaimTemplate"] == []
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    (claim,) = pod["spec"]["resourceClaims"]
+    name = claim["resourceClaimTemplateName"]
+    # What the controller provisions in each namespace the pods start in, as for a translated pod.
+    assert pod["metadata"]["labels"] == {TRANSLATED_LABEL: "true"}
+    wanted, refused = wanted_templates(pod)
+    assert list(wanted) == [name] and refused == []
+    assert wanted[name]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 8
+    (workload,) = result.migrated
+    (note,) = workload.notes
+    assert note.startswith("cluster-scoped: its pods run in the namespaces of the TrainJobs whose runtimeRef names it")
+    assert (
+        f"create in every such namespace (kubectl apply -n NAMESPACE): ResourceClaimTemplate {name} with spec" in note
+    )
+    assert migrate(result.text).text == result.text
