@@ -64,6 +64,13 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
+def _workload(group: str, plural: str, kind: str, cats: tuple[str, ...], short: tuple[str, ...] = ()) -> ResourceType:
+    """A namespaced v1 workload kind: generation, a status subresource written by its controller."""
+    return _rt(
+        group, "v1", plural, kind, True, short=short, cats=cats, sub=("status",), gen=True, status_on_create=False
+    )
+
+
 def _rt(
     group: str,
     version: str,
@@ -138,53 +145,10 @@ def builtin_types() -> list[ResourceType]:
         _rt("", "v1", "configmaps", "ConfigMap", True, short=("cm",)),
         _rt("", "v1", "secrets", "Secret", True),
         _rt("", "v1", "events", "Event", True, short=("ev",)),
-        _rt(
-            "apps",
-            "v1",
-            "daemonsets",
-            "DaemonSet",
-            True,
-            short=("ds",),
-            cats=all_,
-            sub=("status",),
-            gen=True,
-            status_on_create=False,
-        ),
-        _rt(
-            "apps",
-            "v1",
-            "deployments",
-            "Deployment",
-            True,
-            short=("deploy",),
-            cats=all_,
-            sub=("status",),
-            gen=True,
-            status_on_create=False,
-        ),
-        _rt(
-            "batch",
-            "v1",
-            "jobs",
-            "Job",
-            True,
-            cats=all_,
-            sub=("status",),
-            gen=True,
-            status_on_create=False,
-        ),
-        _rt(
-            "batch",
-            "v1",
-            "cronjobs",
-            "CronJob",
-            True,
-            short=("cj",),
-            cats=all_,
-            sub=("status",),
-            gen=True,
-            status_on_create=False,
-        ),
+        _workload("apps", "daemonsets", "DaemonSet", all_, short=("ds",)),
+        _workload("apps", "deployments", "Deployment", all_, short=("deploy",)),
+        _workload("batch", "jobs", "Job", all_),
+        _workload("batch", "cronjobs", "CronJob", all_, short=("cj",)),
         _rt(
             "policy",
             "v1",
