@@ -28,7 +28,10 @@ Structurally, in every object of the stream (documents, and the items of a ``Lis
   inline a pod spec; the framework container (``model``, ``pytorch``, ``triton`` ...; named
   ``kserve-container`` by KServe) comes first, then ``containers``; claims go to the component's
   ``resourceClaims``, the annotation to the component's ``annotations`` (KServe copies both to the
-  pods). ``predictor.workerSpec`` (multi-node) is its own inline pod spec.
+  pods). ``predictor.workerSpec`` (multi-node) is its own inline pod spec;
+* KServe ``LLMInferenceService``: ``spec.template`` and ``spec.worker`` (decode pods) and
+  ``spec.prefill.template``/``spec.prefill.worker`` are PodSpecs without pod metadata, translated
+  in place (the original requests cannot be recorded there).
 
 GPU requests anywhere else (``limits``/``requests`` outside these pod specs, such as a
 ``ServingRuntime``'s containers or a TrainJob's ``resourcesPerNode``, and manifests or patches
@@ -117,6 +120,7 @@ KSERVE_FRAMEWORKS = (
     "pmml", "lightgbm", "paddle", "alibi", "art",
 )  # fmt: skip
 KSERVE_CONTAINER = "kserve-container"
+LLM_POD_SPECS = ("template", "worker")  # LLMInferenceService (and its prefill): PodSpecs
 # Cluster-scoped kinds whose pod templates run in other objects' namespaces: who those are.
 CLUSTER_SCOPED_USERS = {
     "ClusterTrainingRuntime": "the TrainJobs whose runtimeRef names it",
@@ -726,17 +730,35 @@ def _kserve(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
             annotations = {**_annotations_of(meta), **_annotations_of(comp)}
             opted_out = _opted_out(ctx, ("component", comp), ("InferenceService", meta))
             _translate(ctx, where, pod_spec, annotations, apply, opted_out, _uses_aliases(comp))
-        worker = _mapping(comp.get("workerSpec"))
-        if worker is not None and _seq(worker.get("containers")) is not None:
+        _bare_pod_spec(ctx, comp.get("workerSpec"), (*where, "workerSpec"))
 
-            def apply_worker(translation: Translation, worker: MutableMapping[str, Any] = worker) -> None:
-                sync(worker, translation.pod_spec)
 
-            found = _translate(
-                ctx, (*where, "workerSpec"), plain(worker), {}, apply_worker, aliased=_uses_aliases(worker)
-            )
-            if found is not None and found.migrated:
-                found.notes.append("workerSpec has no pod annotations: the original requests are not recorded")
+def _bare_pod_spec(ctx: _Context, node: Any, where: Path) -> None:
+    """A PodSpec inlined without pod metadata (KServe ``workerSpec``, LLMInferenceService
+    ``template``): translated in place; there is nowhere to record the original requests."""
+    spec = _mapping(node)
+    if spec is None or _seq(spec.get("containers")) is None:
+        return
+    ctx.covered.append(where)
+
+    def apply(translation: Translation) -> None:
+        sync(spec, translation.pod_spec)
+
+    found = _translate(ctx, where, plain(spec), {}, apply, aliased=_uses_aliases(spec))
+    if found is not None and found.migrated:
+        found.notes.append(f"{where[-1]} has no pod annotations: the original requests are not recorded")
+
+
+def _llm_inference_service(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
+    """KServe LLMInferenceService: ``template`` and ``worker`` (multi-node) are PodSpecs, for the
+    decode pods at the top of ``spec`` and for the prefill pods under ``spec.prefill``."""
+    spec = _mapping(obj.get("spec"))
+    if spec is None:
+        return
+    for base, holder in ((("spec",), spec), (("spec", "prefill"), _mapping(spec.get("prefill")))):
+        for key in LLM_POD_SPECS:
+            if holder is not None:
+                _bare_pod_spec(ctx, holder.get(key), (*base, key))
 
 
 def _parse_patch(text: str) -> tuple[Any, str]:
@@ -950,6 +972,8 @@ def _migrate_object(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
         _argo(ctx, obj)
     elif kind == "InferenceService" and api_version.startswith("serving.kserve.io/"):
         _kserve(ctx, obj)
+    elif kind == "LLMInferenceService" and api_version.startswith("serving.kserve.io/"):
+        _llm_inference_service(ctx, obj)
     _walk_templates(ctx, obj, ())
     _scan_unhandled(ctx, obj, ())
 

@@ -229,3 +229,67 @@ def test_cluster_training_runtime_gets_no_namespaceless_template_and_says_what_t
         f"create in every such namespace (kubectl apply -n NAMESPACE): ResourceClaimTemplate {name} with spec" in note
     )
     assert migrate(result.text).text == result.text
+
+
+# ----------------------------------------------------------------------------- KServe LLMInferenceService
+
+LLM_SERVICE = """\
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata:
+  name: qwen2-7b-pd
+  namespace: llm
+spec:
+  model:
+    uri: hf://Qwen/Qwen2.5-7B-Instruct
+    name: Qwen/Qwen2.5-7B-Instruct
+  replicas: 1
+  router:
+    scheduler: {}
+    route: {}
+    gateway: {}
+  template:
+    containers:
+    - name: main
+      image: ghcr.io/llm-d/llm-d:v0.2.0
+      env:
+      - name: VLLM_LOGGING_LEVEL
+        value: INFO
+      resources:
+        limits:
+          cpu: "4"
+          memory: 32Gi
+          nvidia.com/gpu: "1"
+        requests:
+          cpu: "2"
+          memory: 16Gi
+          nvidia.com/gpu: "1"
+  prefill:
+    replicas: 2
+    template:
+      containers:
+      - name: main
+        image: ghcr.io/llm-d/llm-d:v0.2.0
+        resources:
+          limits:
+            nvidia.com/gpu: "2"
+"""
+
+
+def test_llm_inference_service_decode_and_prefill_pod_specs_are_migrated() -> None:
+    result = migrate(LLM_SERVICE)
+    assert result.unhandled == [] and result.problems == []
+    assert {w.where: w.gpus for w in result.migrated} == {"spec.template": 1, "spec.prefill.template": 2}
+    templates = [d for d in docs(result.text) if d["kind"] == "ResourceClaimTemplate"]
+    assert [t["metadata"]["namespace"] for t in templates] == ["llm", "llm"]
+    (service,) = [d for d in docs(result.text) if d["kind"] == "LLMInferenceService"]
+    decode = service["spec"]["template"]
+    assert decode["containers"][0]["resources"] == {
+        "limits": {"cpu": "4", "memory": "32Gi"},
+        "requests": {"cpu": "2", "memory": "16Gi"},
+        "claims": [{"name": "gpu-0"}],
+    }
+    assert decode["resourceClaims"][0]["resourceClaimTemplateName"] == templates[0]["metadata"]["name"]
+    prefill = service["spec"]["prefill"]["template"]
+    assert prefill["resourceClaims"][0]["resourceClaimTemplateName"] == templates[1]["metadata"]["name"]
+    assert migrate(result.text).text == result.text
