@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run try-chart crds clean
+.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -34,7 +34,7 @@ unit:
 test: lint typecheck unit
 
 bench:
-	$(BIN)/python -m tests.bench
+	$(BIN)/python -m tests.bench $(SUITES)
 
 run:
 	$(BIN)/gpucluster run
@@ -48,6 +48,10 @@ try-chart:
 # Regenerate the CRD manifests from the API models (a test fails when they are stale).
 crds:
 	$(BIN)/python -m gpucluster.api.crd charts/gpucluster/crds
+
+# Rebuild the shipped CEL parser after editing cel.lark (a test fails when it is stale).
+cel-parser:
+	$(BIN)/python -c 'from gpucluster.dra.cel.parser import write_built_parser; write_built_parser()'
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache bench/results.json

@@ -8,6 +8,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,28 @@ def test_version_starts_within_five_times_a_bare_interpreter() -> None:
     bare = _fastest([sys.executable, "-c", "pass"])
     version = _fastest([sys.executable, "-m", "gpucluster.cli", "--version"])
     assert version <= 5 * bare, f"--version {version * 1000:.0f} ms vs python -c pass {bare * 1000:.0f} ms"
+
+
+def test_the_shipped_cel_parser_is_built_from_todays_grammar() -> None:
+    from gpucluster.dra.cel import parser
+
+    assert parser.built_parser_is_current(), "cel.lark changed: run `make cel-parser` and commit cel.lark.built"
+
+
+def test_the_shipped_cel_parser_parses_as_the_grammar_does() -> None:
+    from gpucluster.dra.cel import parser
+
+    built = parser._build(parser._GRAMMAR.read_bytes())
+    loaded = parser._load_or_build()
+    assert loaded is not built
+    for text in ['device.attributes["x"].?y.orValue(1) > 2', "[1, 2].all(x, x > 0) && has(a.b)", "{'k': b'\\x00'}"]:
+        assert loaded.parse(text) == built.parse(text)
+
+
+def test_a_stale_built_parser_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucluster.dra.cel import parser
+
+    stale = tmp_path / "cel.lark.built"
+    stale.write_bytes(b"gpucluster-cel-parser grammar=0 lark=0\nnot a parser")
+    monkeypatch.setattr(parser, "_BUILT", stale)
+    assert parser._load_or_build().parse("1 + 2") is not None

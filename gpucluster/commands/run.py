@@ -29,6 +29,7 @@ from typing import Any, cast
 import yaml
 
 from gpucluster import logs
+from gpucluster.chart import chart_dir
 from gpucluster.clusterstate import ClusterState
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_OK, InputError
@@ -37,8 +38,7 @@ from gpucluster.kube.client import Kube, KubeError
 log = logging.getLogger("gpucluster.run")
 
 SERVICE = "gpucluster-webhook"
-REPO = Path(__file__).resolve().parents[2]
-CHART_CRDS = REPO / "charts" / "gpucluster" / "crds"
+CHART_CRDS = chart_dir() / "crds"
 
 
 def _crd(group: str, version: str, kind: str, plural: str, short: list[str]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def chart_crds() -> list[dict[str, Any]]:
     return out
 
 
-CHART_VALUES = REPO / "charts" / "gpucluster" / "values.yaml"
+CHART_VALUES = chart_dir() / "values.yaml"
 
 
 def _image(values: Any) -> str:

@@ -8,6 +8,8 @@ Macros are expanded the way cel-go's ``parser/macro.go`` does (``has``, ``all``,
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -57,19 +59,63 @@ _RESERVED = frozenset(
 )
 
 
+# Lark builds the grammar's LALR tables in 0.1-1 s; the built parser is shipped next to the grammar
+# (``make cel-parser`` writes it) and loads in a few ms. Its first line names the grammar's digest
+# and the Lark version that built it: on any mismatch the parser is built from the grammar instead,
+# so a stale file costs time, never a wrong parse (tests/test_startup.py keeps it current).
+_BUILT = _GRAMMAR.with_name("cel.lark.built")
+_LARK_OPTIONS: dict[str, Any] = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "start": "expr",
+    "propagate_positions": True,
+    "maybe_placeholders": False,
+}
+
+
+def _built_header(grammar: bytes) -> bytes:
+    digest = hashlib.sha256(grammar + repr(sorted(_LARK_OPTIONS.items())).encode()).hexdigest()
+    return f"gpucluster-cel-parser grammar={digest} lark={lark.__version__}\n".encode()
+
+
+def _build(grammar: bytes) -> lark.Lark:
+    return lark.Lark(grammar.decode("utf-8"), **_LARK_OPTIONS)
+
+
+def _load_or_build() -> lark.Lark:
+    grammar = _GRAMMAR.read_bytes()
+    try:
+        with _BUILT.open("rb") as f:
+            if f.readline() == _built_header(grammar):
+                # Our own file, shipped in the package: as trusted as this module's code.
+                return lark.Lark.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, lark.exceptions.LarkError):
+        pass
+    return _build(grammar)
+
+
+def write_built_parser(path: Path = _BUILT) -> None:
+    """Build the parser from the grammar and save it where :func:`_lark` looks first."""
+    grammar = _GRAMMAR.read_bytes()
+    with path.open("wb") as f:
+        f.write(_built_header(grammar))
+        _build(grammar).save(f)
+
+
+def built_parser_is_current(path: Path = _BUILT) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.readline() == _built_header(_GRAMMAR.read_bytes())
+    except OSError:
+        return False
+
+
 def _lark() -> lark.Lark:
     global _parser
     if _parser is None:
         with _parser_lock:
             if _parser is None:
-                _parser = lark.Lark(
-                    _GRAMMAR.read_text(encoding="utf-8"),
-                    parser="lalr",
-                    lexer="contextual",
-                    start="expr",
-                    propagate_positions=True,
-                    maybe_placeholders=False,
-                )
+                _parser = _load_or_build()
     return _parser
 
 
