@@ -1,5 +1,7 @@
 """`make bench`: run every tests/bench/bench_*.py module, print a table, write bench/results.json.
 
+``python -m tests.bench webhook controller`` runs only those suites (``make bench SUITES="webhook"``).
+
 Each module exposes ``run() -> list[dict]``; a row is
 ``{"name": str, "value": float, "unit": str, "target": str | None, "ok": bool | None}``.
 """
@@ -16,10 +18,10 @@ from typing import Any
 import tests.bench as bench_pkg
 
 
-def _rows() -> list[dict[str, Any]]:
+def _rows(only: set[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for info in sorted(pkgutil.iter_modules(bench_pkg.__path__), key=lambda m: m.name):
-        if not info.name.startswith("bench_"):
+        if not info.name.startswith("bench_") or (only and info.name.removeprefix("bench_") not in only):
             continue
         module = importlib.import_module(f"tests.bench.{info.name}")
         for row in module.run():
@@ -47,7 +49,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> int:
-    rows = _rows()
+    only = set(sys.argv[1:])
+    known = {m.name.removeprefix("bench_") for m in pkgutil.iter_modules(bench_pkg.__path__)}
+    if only - known:
+        print(
+            f"unknown suite(s): {', '.join(sorted(only - known))}; known: {', '.join(sorted(known))}", file=sys.stderr
+        )
+        return 2
+    rows = _rows(only)
     print(_table(rows))
     out = Path("bench/results.json")
     out.parent.mkdir(exist_ok=True)
