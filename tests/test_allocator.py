@@ -719,8 +719,9 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
     result = explain([claim(exact(count=3))], cluster)
     assert not result.satisfiable
     reasons = dict(result.nodes[0].requests[0].rejections)
+    # Combinations in entry order: "whole" is tried first, then neither half fits beside it.
     assert (
-        reasons[f"{GPU}/p1/whole"] == "counter counter-set-1/memory exhausted together with the devices already chosen"
+        reasons[f"{GPU}/p1/half-0"] == "counter counter-set-1/memory exhausted together with the devices already chosen"
     )
     # A taint-rejected partition must not keep its counters reserved (kubernetes#140436).
     cluster = [
@@ -830,14 +831,16 @@ def test_search_order_134_input_order_136_sorted() -> None:
     assert picks(explain([claim(exact())], cluster, kubernetes_version="1.36")) == [("gpu", GPU, "p1", "from-s1")]
 
 
-def test_1_36_tries_combinations_not_permutations() -> None:
-    # upstream (1.36): check-combinations-within-single-request-single-pool-single-slice,
-    # expectNumAllocateOneInvocations 16 (incubating), 65 without combinations.
+def test_too_few_devices_are_decided_without_searching() -> None:
+    # upstream (1.36): check-combinations-within-single-request-single-pool-single-slice takes
+    # 16 allocateOne calls with combinations, 65 with permutations (1.34, 1.35); counting the
+    # usable devices first decides it in one step in every version.
     cluster = [rslice("s1", "n1", "p1", *(dev(f"device-{i}") for i in range(1, 5))), device_class()]
-    for version, steps in (("1.34", 65), ("1.35", 65), ("1.36", 16)):
+    for version in ("1.34", "1.35", "1.36"):
         result = explain([claim(exact(count=5))], cluster, kubernetes_version=version)
         assert not result.satisfiable
-        assert result.nodes[0].steps == steps, version
+        assert result.nodes[0].steps == 1, version
+        assert result.nodes[0].reasons == ["request gpu: 4/4 devices usable, need 5"]
 
 
 def test_binding_conditions_need_1_36() -> None:
@@ -1043,12 +1046,31 @@ def test_fixture_cluster_full_gpus_and_mig_devices() -> None:
     )
 
 
-def test_search_is_bounded_like_the_filter_timeout() -> None:
-    cluster = [rslice("s1", "n1", "p1", *(dev(f"d{i}") for i in range(12))), device_class()]
-    result = explain([claim(exact(count=13))], cluster, max_steps=1000)
+def _distinct_values_claim(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # distinctAttribute is not pruned: 24 devices with 12 values, 13 distinct wanted, is a
+    # search over C(24, k) sets.
+    devices = [dev(f"d{i}", {"slot": f"s{i % 12}"}) for i in range(24)]
+    cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
+    return [claim(exact(count=count), constraints=[{"distinctAttribute": f"{GPU}/slot"}])], cluster
+
+
+def test_search_is_bounded_by_steps() -> None:
+    claims, cluster = _distinct_values_claim(13)
+    result = explain(claims, cluster, max_steps=1000)
     assert not result.satisfiable
     assert result.errors == []
     assert "timed out trying to allocate devices (search stopped after 1000 steps)" in result.nodes[0].reasons
+
+
+def test_search_has_a_deadline_like_the_filter_timeout() -> None:
+    claims, cluster = _distinct_values_claim(13)
+    result = explain(claims, cluster, deadline_ms=20)
+    assert not result.satisfiable
+    assert result.errors == []
+    gave_up = [r for r in result.nodes[0].reasons if r.startswith("gave up after ")]
+    assert gave_up and gave_up[0].endswith(" ms on node n1"), result.nodes[0].reasons
+    assert result.nodes[0].gave_up == gave_up[0]
+    assert result.one_line() == f"no node fits so far: {gave_up[0]}"
 
 
 def test_devices_taken_by_another_request_are_explained() -> None:

@@ -43,7 +43,7 @@ from gpucluster.dra.model import (
     prune_node_cache,
 )
 from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice, prune_cache
-from gpucluster.dra.search import DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
+from gpucluster.dra.search import DEFAULT_DEADLINE_MS, DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
 
 __all__ = [
     "AllocatedDevice",
@@ -108,6 +108,8 @@ class NodeResult:
     notes: list[str] = field(default_factory=list)  # node-level lines of ``reasons`` (pools, errors)
     error: str = ""  # a fatal error met on this node
     steps: int = 0  # search steps (upstream: numAllocateOneInvocations)
+    gave_up: str = ""  # the search stopped without an answer ("gave up after N ms on node X")
+    elapsed_ms: float = 0.0  # time spent deciding this node
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +126,13 @@ class Explanation:
     nodes: list[NodeResult]
     errors: list[str]
     kubernetes_version: str = "1.34"
+
+    @property
+    def gave_up(self) -> str:
+        """Why there is no answer: no node fits, and on some node the search gave up ("" if none)."""
+        if self.satisfiable or self.errors:
+            return ""
+        return next((n.gave_up for n in self.nodes if n.gave_up), "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +151,8 @@ class Explanation:
             return ""
         if self.errors:
             return self.errors[0]
+        if self.gave_up:
+            return f"no node fits so far: {self.gave_up}"
         totals: dict[tuple[str, str], list[Any]] = {}
         for n in self.nodes:
             for report in n.requests:
@@ -352,11 +363,13 @@ def explain(
     kubernetes_version: str = "1.34",
     selectors: SelectorBackend | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    deadline_ms: float | None = DEFAULT_DEADLINE_MS,
 ) -> Explanation:
     """Decide, node by node, whether ``claims`` can be allocated together, and explain why.
 
-    ``selectors`` replaces the CEL implementation (tests); ``max_steps`` bounds the backtracking
-    search per node like the scheduler's filter timeout.
+    ``selectors`` replaces the CEL implementation (tests); ``max_steps`` and ``deadline_ms``
+    bound the search per node like the scheduler's filter timeout: a node whose search stops
+    there has ``gave_up`` set, and so has the answer if no other node fits.
     """
     try:
         semantics = Semantics.for_version(kubernetes_version)
@@ -440,6 +453,7 @@ def explain(
         views=backend.views,
         runtime_error=backend.runtime_error,
         max_steps=max_steps,
+        deadline_ms=deadline_ms,
     )
     results: list[NodeResult] = []
     fatal: list[str] = []
@@ -471,6 +485,8 @@ def explain(
                 notes=list(outcome.reasons),
                 error=outcome.fatal,
                 steps=outcome.steps,
+                gave_up=outcome.gave_up,
+                elapsed_ms=outcome.elapsed_ms,
             )
         )
     satisfiable = not fatal and any(r.satisfiable for r in results)

@@ -247,6 +247,10 @@ def _parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
     devices: list[Device] = []
     any_binding = False
     for i, d in enumerate(devices_raw):
+        fast = _plain_device(d, driver, pool, i)
+        if fast is not None:
+            devices.append(fast)
+            continue
         where = f"{label}: spec.devices[{i}]"
         if not isinstance(d, Mapping):
             raise AllocatorInputError(f"{where}: must be an object")
@@ -302,6 +306,38 @@ def _parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
         counter_set_names=tuple(set_names),
         has_binding_conditions=any_binding,
     )
+
+
+# The fields a device without taints, counters, binding conditions or node selection may have.
+_PLAIN_FIELDS = frozenset(("name", "attributes", "capacity", "allowMultipleAllocations"))
+
+
+def _plain_device(d: Any, driver: str, pool: str, index: int) -> Device | None:
+    """The common device (a name, attributes, capacity) without building error paths; None: parse in full.
+
+    Most devices are plain, and formatting a field path for every field of 8,000 devices is
+    a third of the time of a first explanation of a 1,000-node cluster.
+    """
+    if type(d) is not dict or not _PLAIN_FIELDS.issuperset(d):
+        return None
+    name = d.get("name")
+    attributes = d.get("attributes")
+    if type(name) is not str or not name or (attributes is not None and type(attributes) is not dict):
+        return None
+    return Device(
+        name=name,
+        key=(driver, pool, name),
+        index=index,
+        attributes=attributes or {},
+        taints=(),
+        consumes=(),
+        has_binding_conditions=False,
+    )
+
+
+def forget_parsed() -> None:
+    """Drop every parsed slice (benchmarks measuring a first run)."""
+    _CACHE.clear()
 
 
 def check_slice_for_version(s: Slice, semantics: Semantics) -> None:

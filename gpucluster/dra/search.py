@@ -5,7 +5,11 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
 
 - claims are allocated one after the other, each request after the other, one device after the
   other, trying every eligible device in pool/slice/device order and backtracking on failure
-  (first solution wins; 1.36 tries combinations instead of permutations within a request);
+  (first solution wins);
+- within one request devices are chosen as combinations in entry order (1.36 does so; 1.34 and
+  1.35 walk ordered selections, but every constraint - counters, matchAttribute,
+  distinctAttribute - is a property of the set, so the first ordered selection that succeeds is
+  the first combination: the answers are the same, reached without the permutations);
 - ``firstAvailable`` tries subrequests in order; a subrequest that would exceed the 32-results
   limit of a claim makes the search try the next one;
 - ``allocationMode: All`` fixes the devices up front; one of them in use, tainted or out of
@@ -18,11 +22,21 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
 - ``matchAttribute`` / ``distinctAttribute`` constraints, scoped by ``requests``.
 
 Besides the answer, every considered device gets the first reason it cannot be used.
+
+The search is pruned where upstream's would only fail more slowly: a request stops as soon as the
+devices left in entry order (statically usable, and for a ``matchAttribute`` already fixed, with
+that value) cannot fill the remaining count, and a device that would fix a ``matchAttribute``
+value too few remaining devices share is passed over. Pruning never hides a CEL runtime error
+upstream would meet: where the skipped part of the search holds a device whose selector fails,
+the search fails with that error as upstream does. Every node's search also has a deadline (the
+scheduler's filter timeout): past it the node's answer says "gave up after N ms on node X".
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -35,7 +49,10 @@ from gpucluster.dra.pools import Device, Pool, Slice
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 DEFAULT_MAX_STEPS = 1_000_000
-"""Search steps before a node is given up, like the scheduler's filter timeout."""
+"""Search steps before a node is given up."""
+
+DEFAULT_DEADLINE_MS = 10_000.0
+"""Time per node before its search is given up: kube-scheduler's default DRA filter timeout (10 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +78,10 @@ class _StepsExceeded(Exception):
     pass
 
 
+class _DeadlineExceeded(Exception):
+    pass
+
+
 @dataclass(slots=True)
 class ExplainContext:
     """What every node shares during one explanation."""
@@ -72,6 +93,7 @@ class ExplainContext:
     views: Callable[[Mapping[str, Any]], Sequence[Any]]
     runtime_error: type[Exception]
     max_steps: int = DEFAULT_MAX_STEPS
+    deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
     # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
     selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
 
@@ -97,7 +119,9 @@ class NodeOutcome:
     reasons: list[str]
     requests: list[RequestReport]
     fatal: str = ""
-    steps: int = 0  # like numAllocateOneInvocations of the upstream allocator
+    steps: int = 0  # calls of allocateOne, upstream's numAllocateOneInvocations (after pruning)
+    gave_up: str = ""  # "gave up after N ms on node X" or the steps limit: no answer for this node
+    elapsed_ms: float = 0.0  # time spent on this node (selectors, search, explanation)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +251,13 @@ class _Req:
     static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
     num_devices: int = 0
     all_devices: list[_Entry] = field(default_factory=list)
+    # Pruning, ExactCount only: usable[i] = statically usable entries at index >= i; per
+    # matchAttribute constraint (index into ``constraints``), value -> indices of usable entries;
+    # the indices of entries the search aborts on: a CEL runtime error, an invalid pool (1.34).
+    usable: list[int] = field(default_factory=list)
+    by_value: dict[int, dict[tuple[str, Any], list[int]]] = field(default_factory=dict)
+    value_at: dict[int, list[tuple[str, Any] | None]] = field(default_factory=dict)  # same keys, per entry
+    cel_failures: list[int] = field(default_factory=list)
 
 
 class NodeSearch:
@@ -256,6 +287,8 @@ class NodeSearch:
         self.constraints: list[list[_Constraint]] = []
         self.results: list[list[tuple[_Req, _Entry]]] = []
         self.steps = 0
+        self.give_up_at = float("inf")
+        self.started = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -538,6 +571,8 @@ class NodeSearch:
         self.steps += 1
         if self.steps > self.ctx.max_steps:
             raise _StepsExceeded
+        if not self.steps & 255 and time.perf_counter() > self.give_up_at:
+            raise _DeadlineExceeded
         if ci >= len(self.groups):
             return True
         if ri >= len(self.groups[ci]):
@@ -588,8 +623,24 @@ class NodeSearch:
         static = req.static
         allocating = self.allocating
         admin = req.spec.admin_access
-        combinations = self.sem.combinations
+        need = req.num_devices - di
+        usable = req.usable
+        # matchAttribute values fixed by devices already chosen, and constraints this device fixes.
+        fixed: list[list[int]] = []
+        unfixed: list[int] = []
+        for k, positions in req.by_value.items():
+            c = req.constraints[k]
+            assert isinstance(c, _MatchAttribute)
+            if c.count:
+                fixed.append(positions.get(c.value, []) if c.value is not None else [])
+            else:
+                unfixed.append(k)
         for index in range(start, len(entries)):
+            if usable[index] < need or any(len(p) - bisect_left(p, index) < need for p in fixed):
+                self._pruned(ci, req, index)
+                if self.record and fixed:
+                    self._note_mismatches(req, index)
+                break
             entry = entries[index]
             d = entry.device
             if d is None:
@@ -606,6 +657,13 @@ class NodeSearch:
                 if type(result) is CelFailure:
                     raise FatalError(result.message)
                 continue
+            if unfixed and need > 1:
+                short = self._too_few_share(req, index, need, unfixed)
+                if short:
+                    if self.record:
+                        self._note(req, entry, short)
+                    self._pruned(ci, req, index + 1)
+                    continue
             if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
                 continue
             if d.plain and not req.constraints:
@@ -618,7 +676,7 @@ class NodeSearch:
                     self.holder[d.key] = req
                 self.results[ci].append((req, entry))
             try:
-                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index + 1 if combinations else 0)
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index + 1)
             except BaseException:
                 self._deallocate(req, entry)
                 raise
@@ -626,6 +684,76 @@ class NodeSearch:
                 return True
             self._deallocate(req, entry)
         return False
+
+    def _pruned(self, ci: int, req: _Req, index: int) -> None:
+        """Entries from ``index`` on are not tried: raise the CEL error upstream would meet there."""
+        failures = req.cel_failures
+        if not failures:
+            return
+        allocating = self.allocating
+        for i in range(bisect_left(failures, index), len(failures)):
+            entry = self.entries[failures[i]]
+            if entry.device is None:
+                raise FatalError(f"pool {entry.pool.name} is invalid: {entry.pool.invalid}")
+            claims = allocating.get(entry.device.key)
+            if claims and (not req.spec.admin_access or ci in claims):
+                continue  # upstream skips a device in use before evaluating its selectors
+            result = req.static[failures[i]]
+            assert isinstance(result, CelFailure)
+            raise FatalError(result.message)
+
+    @staticmethod
+    def _too_few_share(req: _Req, index: int, need: int, unfixed: list[int]) -> str:
+        """Why entry ``index`` cannot start the rest of the request: it would fix a
+        matchAttribute value too few of the remaining devices share ("" if it can)."""
+        for k in unfixed:
+            value = req.value_at[k][index]
+            same = req.by_value[k].get(value, []) if value is not None else []
+            have = len(same) - bisect_left(same, index)
+            if have < need:
+                label = req.constraints[k].label
+                return f"{label} (only {have} usable device(s) from here on share {_show(value)}, need {need})"
+        return ""
+
+    def _note_mismatches(self, req: _Req, index: int) -> None:
+        """Explain the devices a fixed matchAttribute value rules out (the search does not try them)."""
+        for c in req.constraints:
+            if not isinstance(c, _MatchAttribute) or not c.count:
+                continue
+            for i in range(index, len(self.entries)):
+                entry = self.entries[i]
+                if req.static[i] is not None or entry.device is None:
+                    continue
+                value = _attribute_value(lookup_attribute(entry.device, c.spec.attribute))
+                if value is None or value != c.value:
+                    self._note(
+                        req,
+                        entry,
+                        f"{c.label} ({_show(value)} differs from {_show(c.value)} of the devices already chosen)",
+                    )
+
+    def _index_for_pruning(self, req: _Req) -> None:
+        statics = req.static
+        usable = [0] * (len(statics) + 1)
+        for i in range(len(statics) - 1, -1, -1):
+            usable[i] = usable[i + 1] + (statics[i] is None)
+        req.usable = usable
+        entries = self.entries
+        req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
+        for k, c in enumerate(req.constraints):
+            if not isinstance(c, _MatchAttribute):
+                continue
+            positions: dict[tuple[str, Any], list[int]] = {}
+            values: list[tuple[str, Any] | None] = [None] * len(statics)
+            for i, r in enumerate(statics):
+                d = entries[i].device
+                if r is None and d is not None:
+                    value = _attribute_value(lookup_attribute(d, c.spec.attribute))
+                    values[i] = value
+                    if value is not None:
+                        positions.setdefault(value, []).append(i)
+            req.by_value[k] = positions
+            req.value_at[k] = values
 
     # -- driver ------------------------------------------------------------------------------------
 
@@ -635,6 +763,8 @@ class NodeSearch:
         for req in self.reqs:
             all_mode = req.spec.mode == "All"
             req.static = [self._static(req, e, all_mode) for e in self.entries]
+            if not all_mode:
+                self._index_for_pruning(req)
         for ci, claim in enumerate(self.ctx.claims):
             minimum = 0
             for alternatives in self.groups[ci]:
@@ -690,15 +820,19 @@ class NodeSearch:
         self._reset()
         self.record = True
         self.steps = 0
-        with contextlib.suppress(_StepsExceeded):
+        with contextlib.suppress(_StepsExceeded, _DeadlineExceeded):
             self._search()
         self.steps = steps
 
     def run(self) -> NodeOutcome:
         self._build_requests()
         fatal = ""
+        gave_up = ""
         done = False
         reasons = list(self.notes)
+        self.started = time.perf_counter()
+        if self.ctx.deadline_ms is not None:
+            self.give_up_at = self.started + self.ctx.deadline_ms / 1000
         try:
             self._prepare()
             done = self._search()
@@ -707,7 +841,12 @@ class NodeSearch:
         except FatalError as exc:
             fatal = str(exc)
         except _StepsExceeded:
-            reasons.append(f"timed out trying to allocate devices (search stopped after {self.ctx.max_steps} steps)")
+            gave_up = f"timed out trying to allocate devices (search stopped after {self.ctx.max_steps} steps)"
+            reasons.append(gave_up)
+        except _DeadlineExceeded:
+            elapsed = (time.perf_counter() - self.started) * 1000
+            gave_up = f"gave up after {elapsed:.0f} ms on node {self.node.name}"
+            reasons.append(gave_up)
         if fatal:
             reasons.append(fatal)
         elif not done and self.sem.skip_unusable_pools and any(p.invalid for p in self.pools):
@@ -727,6 +866,8 @@ class NodeSearch:
             requests=self._reports(satisfied),
             fatal=fatal,
             steps=self.steps,
+            gave_up=gave_up,
+            elapsed_ms=(time.perf_counter() - self.started) * 1000,
         )
 
     def _reports(self, satisfied: bool) -> list[RequestReport]:

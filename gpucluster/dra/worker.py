@@ -79,7 +79,11 @@ def _serve(conn: Connection) -> None:
         if objects is not None:
             cluster = objects
         try:
-            result: tuple[str, str | None] = ("ok", explain(claims, cluster, **options).one_line() or None)
+            answer = explain(claims, cluster, **options)
+            # A search that gave up is no answer: "incomplete", like the deadline here.
+            result: tuple[str, str | None] = (
+                ("incomplete", answer.gave_up) if answer.gave_up else ("ok", answer.one_line() or None)
+            )
         except AllocatorInputError as exc:
             result = ("ok", str(exc))  # input the API server would reject: the reason itself
         except Exception as exc:  # an allocator bug: reported, the worker lives on
@@ -193,6 +197,8 @@ class AllocatorWorker:
             return Feasibility(incomplete=f"feasibility check failed: worker exited ({exc or 'no answer'})")
         finally:
             self._idle.put(slot)
+        if status == "incomplete":
+            return Feasibility(incomplete=f"feasibility check cut short: {text}")
         if status != "ok":
             log.error("allocator failed error=%s", text)
             return Feasibility(incomplete=f"feasibility check failed: {text}")
