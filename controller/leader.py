@@ -1,8 +1,12 @@
 """Lease-based leader election (coordination.k8s.io/v1), as client-go's leaderelection does.
 
-The holder renews the Lease every ``retry_period``; a candidate takes it over once
-``renewTime + leaseDurationSeconds`` has passed without renewal. Writes carry the Lease's
-resourceVersion, so two candidates never both win: one gets a 409.
+The holder renews the Lease every ``retry_period``; a candidate takes it over once the record
+has not changed for ``leaseDurationSeconds``, measured on the candidate's own monotonic clock
+from when it last saw the record change (never from the ``renewTime`` another host wrote, so a
+skewed clock cannot make a live lease look expired). Writes carry the Lease's resourceVersion,
+so two candidates never both win: one gets a 409. A leader that sees another holder, or cannot
+renew within ``renew_deadline``, stops leading at once; on a graceful stop it releases the
+Lease (empty holder), so that the other replica takes over within a retry period.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +53,8 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Callable[[], dt.datetime] = _now,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_transition: Callable[[bool], None] | None = None,
     ) -> None:
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
@@ -58,8 +65,26 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.clock = clock
+        self.monotonic = monotonic
+        self.on_transition = on_transition
         self.is_leader = asyncio.Event()
-        self._last_renew: dt.datetime | None = None
+        self._last_renew: float | None = None
+        # The last record seen and when (local monotonic clock) it was first seen.
+        self._observed: Any = None
+        self._observed_at = 0.0
+        self._other_holder = False
+
+    def _set_leader(self, leading: bool) -> None:
+        if leading == self.is_leader.is_set():
+            return
+        if leading:
+            log.info("became leader identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
+            self.is_leader.set()
+        else:
+            log.warning("lost leadership identity=%s", self.identity)
+            self.is_leader.clear()
+        if self.on_transition is not None:
+            self.on_transition(leading)
 
     def _spec(self, transitions: int, acquired: str | None) -> dict[str, Any]:
         now = _fmt(self.clock())
@@ -92,20 +117,25 @@ class LeaderElector:
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        now = self.monotonic()
+        if spec != self._observed:
+            self._observed, self._observed_at = dict(spec), now
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        expired = renewed is None or (self.clock() - renewed).total_seconds() > duration
-        if holder and holder != self.identity and not expired:
+        expired = now - self._observed_at > duration
+        self._other_holder = bool(holder) and holder != self.identity
+        if self._other_holder and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
         acquired = spec.get("acquireTime") if holder == self.identity else None
         lease["spec"] = self._spec(transitions, acquired)
         try:
-            await self.kube.request("PUT", f"{self.path}/{self.name}", body=lease)
+            written = await self.kube.request("PUT", f"{self.path}/{self.name}", body=lease)
         except KubeError as exc:
             if exc.status == 409:
                 return False
             raise
+        self._observed, self._observed_at = dict(written.get("spec") or lease["spec"]), self.monotonic()
+        self._other_holder = False
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -116,17 +146,14 @@ class LeaderElector:
             except (KubeError, OSError, TimeoutError) as exc:
                 log.warning("lease error error=%s", exc)
                 ok = False
-            now = self.clock()
+            now = self.monotonic()
             if ok:
                 self._last_renew = now
-                if not self.is_leader.is_set():
-                    log.info("became leader identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
-                    self.is_leader.set()
+                self._set_leader(True)
             elif self.is_leader.is_set() and (
-                self._last_renew is None or (now - self._last_renew).total_seconds() > self.renew_deadline
+                self._other_holder or self._last_renew is None or now - self._last_renew > self.renew_deadline
             ):
-                log.warning("lost leadership identity=%s", self.identity)
-                self.is_leader.clear()
+                self._set_leader(False)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.retry_period)
         if self.is_leader.is_set():
@@ -134,12 +161,15 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the lease up on shutdown so the other replica takes over at once."""
-        self.is_leader.clear()
+        self._set_leader(False)
         try:
             lease = await self.kube.get(f"{self.path}/{self.name}")
             if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                now = _fmt(self.clock())
                 lease["spec"]["holderIdentity"] = ""
                 lease["spec"]["leaseDurationSeconds"] = 1
+                lease["spec"]["renewTime"] = now
+                lease["spec"]["acquireTime"] = now
                 await self.kube.request("PUT", f"{self.path}/{self.name}", body=lease)
         except (KubeError, OSError) as exc:
             log.warning("lease release failed error=%s", exc)

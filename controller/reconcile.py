@@ -2,9 +2,13 @@
 
 Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Kube`.
 Every desired object carries a hash of its rendered content; an object whose live copy carries
-the same hash is not written, so a steady state issues no writes at all. Objects are applied with
-server-side apply (field manager ``gpucluster``); objects this GPUCluster owns that are no longer
-desired (a disabled operand) are deleted, and nothing else is.
+the same hash and whose applied fields still hold the applied values (see controller/drift.py)
+is not written, so a steady state issues no writes at all, and a hand edit is reverted on the
+watch event that shows it. Objects are applied with server-side apply (field manager
+``gpucluster``), but only objects that are ours: a controller owner reference to a GPUCluster,
+or, cluster-scoped, our managed-by label. Anything else with an operand's name is never written
+or deleted; the GPUCluster reports it (``OperandConflict``). Objects this GPUCluster owns that
+are no longer desired (a disabled operand) are deleted, and nothing else is.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from controller.drift import matches, project
+from controller.events import EventRecorder
 from controller.nodes import label_patch, nodes_with_claims
 from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
 from controller.status import (
+    DELETING,
     NOT_SINGLETON,
+    OPERAND_CONFLICT,
     OPERANDS_NOT_READY,
     PREREQUISITE_NOT_MET,
     RECONCILE_FAILED,
@@ -93,6 +101,32 @@ def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid and ref.get("controller") for ref in metadata(obj).get("ownerReferences") or [])
 
 
+def is_ours(obj: Mapping[str, Any]) -> bool:
+    """Whether we may write ``obj``: a GPUCluster is its controller, or it is cluster-scoped and carries
+    our managed-by label (how an admin hands a cluster-scoped object over)."""
+    meta = metadata(obj)
+    for ref in meta.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion") or "").split("/")[0]
+        if ref.get("controller") and ref.get("kind") == "GPUCluster" and group == "nvidia.com":
+            return True
+    labels = meta.get("labels") or {}
+    return not meta.get("namespace") and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    meta = metadata(obj)
+    where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+class OperandConflict(Exception):
+    """An object with an operand's name exists and is not ours: it is left alone."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.obj = obj
+        super().__init__(describe(obj))
+
+
 def _strip_times(status: Mapping[str, Any] | None) -> Any:
     if not status:
         return None
@@ -121,7 +155,12 @@ class Reconciler:
     prerequisite_ttl: float = 60.0
     writes: int = 0
     last_reasons: dict[str, str] = field(default_factory=dict)
+    drifts: int = 0
     _prereq: Prerequisites = field(default_factory=Prerequisites)
+    # (kind, namespace, name) -> hash of the projection of the live object right after our apply.
+    _applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    _conflicts: set[str] = field(default_factory=set)
+    _recorder: EventRecorder | None = None
 
     # ------------------------------------------------------------------ writes
 
@@ -131,47 +170,43 @@ class Reconciler:
         return await self.kube.request(method, path, **kwargs)
 
     async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on ``obj`` (cluster-scoped objects get events in 'default')."""
-        meta = metadata(obj)
-        namespace = str(meta.get("namespace") or "default")
-        now = self.now()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace") or "",
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": "gpucluster-controller"},
-            "reportingComponent": "gpucluster-controller",
-            "reportingInstance": "gpucluster-controller",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        """Record a core/v1 Event on ``obj``, aggregated: a repeat bumps count and lastTimestamp."""
+        if self._recorder is None:
+            self._recorder = EventRecorder(self._write, self.now)
+        await self._recorder.record(obj, type_, reason, message)
+
+    async def _lookup(self, obj: Mapping[str, Any]) -> KubeObject | None:
+        """The live object when the cache cannot say (our watches see only objects with our label)."""
         try:
-            await self._write("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
-        except KubeError as exc:  # events are best effort
-            log.warning("event not recorded reason=%s error=%s", reason, exc)
+            live = await self.kube.get(object_path(obj))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        live.setdefault("kind", obj.get("kind"))
+        return live
 
     async def apply(self, obj: KubeObject) -> bool:
-        """Server-side apply ``obj`` unless its live copy already carries the same content hash."""
+        """Server-side apply ``obj`` unless its live copy is up to date; raises :class:`OperandConflict`
+        when an object of that name exists and is not ours."""
         desired = dict(obj)
         meta = dict(metadata(desired))
         digest = content_hash(obj)
         meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
         desired["metadata"] = meta
-        live = self.state.get(str(obj["kind"]), str(meta["name"]), str(meta.get("namespace") or ""))
-        if live is not None and (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
-            return False
+        key = (str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
+        live = self.state.get(key[0], key[2], key[1])
+        if live is None:
+            live = await self._lookup(desired)
+        if live is not None:
+            if not is_ours(live):
+                raise OperandConflict(live)
+            if (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
+                applied = self._applied.get(key)
+                if applied == content_hash(project(desired, live)) or (applied is None and matches(desired, live)):
+                    return False
+                self.drifts += 1
+                log.info("drift: %s %s/%s was changed by someone else; re-applying", *key)
         result = await self._write(
             "PATCH",
             object_path(desired),
@@ -180,6 +215,7 @@ class Reconciler:
             content_type="application/apply-patch+yaml",
         )
         result.setdefault("kind", obj["kind"])
+        self._applied[key] = content_hash(project(desired, result))
         self.state.upsert(str(obj["kind"]), result)
         return True
 
@@ -248,9 +284,24 @@ class Reconciler:
         result.setdefault("kind", "GPUCluster")
         self.state.upsert("GPUCluster", result)
         changed = self.last_reasons.get(str(meta.get("name"))) != reason
-        if changed and kwargs.get("state") == "notReady" and reason != OPERANDS_NOT_READY:
+        if changed and kwargs.get("state") == "notReady" and reason not in (OPERANDS_NOT_READY, OPERAND_CONFLICT):
             await self.event(cluster, "Warning", reason, kwargs.get("message", ""))
         self.last_reasons[str(meta.get("name"))] = reason
+
+    async def report_failure(self, error: Exception, failures: int) -> None:
+        """After repeated failed passes, say so on the GPUCluster (Ready=False, Error=True); best effort."""
+        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+        if cluster is None or metadata(cluster).get("deletionTimestamp"):
+            return
+        message = f"{failures} reconcile passes in a row failed; last error: {error}"
+        previous = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
+        try:
+            await self.set_status(
+                cluster, state="notReady", reason=RECONCILE_FAILED, message=message,
+                inventory=(previous or {}).get("inventory"),
+            )  # fmt: skip
+        except (KubeError, OSError, TimeoutError) as exc:
+            log.warning("cannot report the failures on the GPUCluster error=%s", exc)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -306,16 +357,37 @@ class Reconciler:
 
         desired_keys: set[tuple[str, str, str]] = set()
         workloads = []
+        conflicts: list[str] = []
         for operand in operands:
             for obj in operand.objects:
                 meta = metadata(obj)
                 desired_keys.add((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
-                if await self.apply(obj) and (obj.get("spec") or {}).get("extendedResourceName"):
+                try:
+                    applied = await self.apply(obj)
+                except OperandConflict as conflict:
+                    conflicts.append(str(conflict))
+                    continue
+                if applied and (obj.get("spec") or {}).get("extendedResourceName"):
                     await self._check_extended_resource(cluster, obj)
                 if obj["kind"] in ("DaemonSet", "Deployment"):
                     workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
         await self.prune(str(metadata(cluster).get("uid") or ""), desired_keys)
         relabelled = await self.label_nodes()
+        if conflicts:
+            for name in sorted(set(conflicts) - self._conflicts):
+                await self.event(
+                    cluster, "Warning", OPERAND_CONFLICT,
+                    f"{name} exists and is not managed by this GPUCluster: it is left untouched; "
+                    "delete it (or, cluster-scoped, label it app.kubernetes.io/managed-by=gpucluster) to hand it over",
+                )  # fmt: skip
+            self._conflicts = set(conflicts)
+            await self.set_status(
+                cluster, state="notReady", reason=OPERAND_CONFLICT,
+                message=f"objects with operand names exist and are not ours, left untouched: {', '.join(conflicts)}",
+                inventory=inventory(self.state.list("ResourceSlice"), self.state.list("ResourceClaim")),
+            )  # fmt: skip
+            return 5.0
+        self._conflicts = set()
 
         statuses = []
         for kind, namespace, name in workloads:
@@ -422,10 +494,9 @@ class Reconciler:
             if not metadata(ds).get("deletionTimestamp"):
                 await self.delete(ds, propagation="Foreground")
         if draining:
-            await self.event(
-                cluster, "Normal", "DrainingClaimConsumers",
-                f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}",
-            )  # fmt: skip
+            message = f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}"
+            await self.set_status(cluster, state="notReady", reason=DELETING, message=f"deleting: {message}")
+            await self.event(cluster, "Normal", "DrainingClaimConsumers", message)
             return 5.0
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}

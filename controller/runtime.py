@@ -70,8 +70,12 @@ class Controller:
         leader_election: bool = True,
         template_grace_period: float = DEFAULT_GRACE_PERIOD,
         delete_stranded_pods: bool = False,
+        report_failures_after: int = 3,
+        max_backoff: float = 8.0,
     ) -> None:
         self.kube = kube
+        self.report_failures_after = report_failures_after
+        self.max_backoff = max_backoff
         self.namespace = namespace
         self.state = ClusterState()
         self.reconciler = Reconciler(kube, self.state, namespace=namespace, env=dict(env or {}))
@@ -153,12 +157,16 @@ class Controller:
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(r.run()) for r in self.reflectors]
         tasks.append(asyncio.create_task(self.provisioner.run(stop)))
         elector = None
+        elector_task: asyncio.Task[None] | None = None
         if self.leader_election:
             from controller.leader import LeaderElector
 
-            elector = LeaderElector(self.kube, self.namespace, "gpucluster-controller", self.identity)
+            elector = LeaderElector(
+                self.kube, self.namespace, "gpucluster-controller", self.identity,
+                on_transition=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            )  # fmt: skip
             self.elector = elector
-            tasks.append(asyncio.create_task(elector.run(stop)))
+            elector_task = asyncio.create_task(elector.run(stop))
 
         async def wake_on_stop() -> None:
             await stop.wait()
@@ -169,23 +177,31 @@ class Controller:
             await self._wait_synced([r.kind for r in resources])
             await self._loop(stop, elector)
         finally:
+            if elector_task is not None:
+                # On a graceful stop the elector releases the Lease (the other replica takes over at
+                # once); give it a moment before cancelling what is left.
+                if stop.is_set():
+                    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                        await asyncio.wait_for(asyncio.shield(elector_task), 2.0)
+                tasks.append(elector_task)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _loop(self, stop: asyncio.Event, elector: Any) -> None:
         backoff = 0.5
+        failures = 0
         next_run = 0.0
         while not stop.is_set():
             if elector is not None and not elector.is_leader.is_set():
-                self.metrics.leader.set(0)
                 waiter = asyncio.create_task(elector.is_leader.wait())
                 stopper = asyncio.create_task(stop.wait())
                 await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 stopper.cancel()
                 continue
-            self.metrics.leader.set(1)
+            if elector is None:
+                self.metrics.leader.set(1)
             timeout = max(0.0, next_run - time.monotonic())
             if not self.dirty.is_set() and timeout > 0:
                 with contextlib.suppress(TimeoutError):
@@ -202,11 +218,16 @@ class Controller:
                         await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
                 await self.stranded.run_pass(self.reconciler.event, self.reconciler.delete)
                 self.metrics.reconciles.labels("ok").inc()
-                backoff = 0.5
+                backoff, failures = 0.5, 0
             except (KubeError, OSError, TimeoutError) as exc:
                 log.warning("reconcile failed error=%s retry_in=%.1fs", exc, backoff)
                 self.metrics.reconciles.labels("error").inc()
-                requeue, backoff = backoff, min(backoff * 2, 60.0)
+                failures += 1
+                # A transient fault is retried quietly; a persistent one shows in status (Error=True).
+                if failures >= self.report_failures_after:
+                    await self.reconciler.report_failure(exc, failures)
+                # Capped low: the pass after the fault clears turns the status back within seconds.
+                requeue, backoff = backoff, min(backoff * 2, self.max_backoff)
             self.passes += 1
             self.metrics.duration.observe(time.monotonic() - started)
             self.metrics.writes.inc(self.reconciler.writes - before)

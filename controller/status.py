@@ -18,6 +18,10 @@ PREREQUISITE_NOT_MET = "PrerequisiteNotMet"
 RECONCILE_FAILED = "ReconcileFailed"
 NOT_SINGLETON = "NotSingleton"
 PERMISSION_DENIED = "PermissionDenied"
+OPERAND_CONFLICT = "OperandConflict"
+DELETING = "Deleting"
+# notReady for these is progress, not an error: Error stays False.
+IN_PROGRESS = (OPERANDS_NOT_READY, DELETING)
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ def desired_status(
     prev = previous or {}
     conditions = list(prev.get("conditions") or [])
     ok = state == "ready"
-    error = state == "notReady" and reason not in (OPERANDS_NOT_READY,)
+    error = state == "notReady" and reason not in IN_PROGRESS
     status: dict[str, Any] = {
         "state": state,
         "namespace": namespace,

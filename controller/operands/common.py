@@ -119,6 +119,17 @@ def _reference_ok(reference: str) -> bool:
     return len(name) <= 255 and _name_ok(name)
 
 
+def _split_reference(reference: str) -> tuple[str, str]:
+    """``registry/path/name[:tag][@digest]`` -> (``registry/path``, ``name``); the tag and digest are dropped."""
+    name = reference.partition("@")[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > slash:
+        name = name[:colon]
+    repository, _, image = name.rpartition("/")
+    return repository, image
+
+
 def resolve_image(
     path: str,
     what: str,
@@ -133,8 +144,13 @@ def resolve_image(
     ``repository``/``image``/``version`` from the CR first (all three, joined with ``@`` when
     the version is a ``sha256:`` digest, else ``:``; or ``image`` alone as a full reference),
     then the operator's ``env_name`` environment variable. ``path`` is the spec field
-    (``spec.draDriver``) that errors name.
+    (``spec.draDriver``) that errors name. ``version`` alone (what ``--set ...version=`` gives)
+    rolls the operator's default image to that version: same repository and image name.
     """
+    if version and not repository and not image:
+        default = env.get(env_name, "")
+        if default and _reference_ok(default):
+            repository, image = _split_reference(default)
     if repository or version:
         for name, value in (("repository", repository), ("image", image), ("version", version)):
             if not value:
