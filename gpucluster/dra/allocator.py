@@ -49,10 +49,12 @@ __all__ = [
     "AllocatedDevice",
     "AllocatorInputError",
     "Explanation",
+    "Fit",
     "NodeResult",
     "RequestReport",
     "SelectorBackend",
     "explain",
+    "fit",
 ]
 
 _TEXT_DEVICE_LINES = 10  # per request and node in to_text(); to_json() has all of them
@@ -364,12 +366,15 @@ def explain(
     selectors: SelectorBackend | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     deadline_ms: float | None = DEFAULT_DEADLINE_MS,
+    assume_empty: bool = False,
 ) -> Explanation:
     """Decide, node by node, whether ``claims`` can be allocated together, and explain why.
 
     ``selectors`` replaces the CEL implementation (tests); ``max_steps`` and ``deadline_ms``
     bound the search per node like the scheduler's filter timeout: a node whose search stops
-    there has ``gave_up`` set, and so has the answer if no other node fits.
+    there has ``gave_up`` set, and so has the answer if no other node fits. ``assume_empty``
+    answers "would it fit on an empty node?": ResourceClaims allocated in ``cluster`` hold no
+    devices.
     """
     try:
         semantics = Semantics.for_version(kubernetes_version)
@@ -449,7 +454,7 @@ def explain(
         claims=specs,
         classes=classes,
         semantics=semantics,
-        in_use=_in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}),
+        in_use={} if assume_empty else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}),
         views=backend.views,
         runtime_error=backend.runtime_error,
         max_steps=max_steps,
@@ -491,3 +496,59 @@ def explain(
         )
     satisfiable = not fatal and any(r.satisfiable for r in results)
     return Explanation(satisfiable, results, fatal, kubernetes_version)
+
+
+@dataclass(slots=True)
+class Fit:
+    """Does it fit now, and would it fit on an empty node (nothing allocated)?
+
+    ``when_empty`` is ``now`` itself when nothing in the cluster holds a device or the claims
+    fit now. For the controller's explanations and the webhook's warning: a claim that fits no
+    empty node waits forever; one that fits an empty node waits for devices to be freed.
+    """
+
+    now: Explanation
+    when_empty: Explanation
+
+    @property
+    def fits_now(self) -> bool:
+        return self.now.satisfiable
+
+    @property
+    def fits_when_empty(self) -> bool:
+        return self.when_empty.satisfiable
+
+    def empty_nodes(self) -> list[str]:
+        """The nodes where the claims would fit if nothing were allocated."""
+        return [n.node for n in self.when_empty.nodes if n.satisfiable]
+
+    def one_line(self) -> str:
+        """``""`` when it fits now; otherwise why not now, and whether an empty node would do."""
+        if self.fits_now:
+            return ""
+        if self.now.errors or self.now.gave_up:
+            return self.now.one_line()
+        if self.fits_when_empty:
+            nodes = self.empty_nodes()
+            shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+            return f"{self.now.one_line()}; would fit once devices are freed on {shown}"
+        if self.when_empty.gave_up:
+            return f"{self.now.one_line()}; on empty nodes: {self.when_empty.one_line()}"
+        return f"{self.when_empty.one_line()}; does not fit even on an empty node"
+
+
+def fit(claims: list[dict[str, Any]], cluster: list[dict[str, Any]], **options: Any) -> Fit:
+    """:func:`explain` now and, if that fails and some device is allocated, on empty nodes."""
+    now = explain(claims, cluster, **options)
+    if now.satisfiable or now.errors or not _holds_devices(cluster):
+        return Fit(now, now)
+    return Fit(now, explain(claims, cluster, **{**options, "assume_empty": True}))
+
+
+def _holds_devices(cluster: Sequence[Any]) -> bool:
+    for obj in cluster:
+        if isinstance(obj, Mapping) and obj.get("kind") == "ResourceClaim":
+            status = obj.get("status")
+            if isinstance(status, Mapping) and status.get("allocation"):
+                return True
+    return False
