@@ -203,3 +203,20 @@ async def test_deletion_reports_not_ready_and_aggregates_its_events(env: Env) ->
         return await env.gpucluster() is None
 
     await env.wait(deleted, timeout=20)
+
+
+async def test_a_version_only_bump_rolls_the_kubelet_plugin(env: Env) -> None:
+    await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+    await env.wait(lambda: _exists(env, f"{DS_PATH}/{PLUGIN}"))
+    await env.kube.request("PATCH", f"{GC_PATH}/gpu-cluster", body={"spec": {"draDriver": {"version": "v25.12.1"}}},
+                           content_type=MERGE)  # fmt: skip
+
+    async def rolled() -> Any:
+        ds = await env.kube.get(f"{DS_PATH}/{PLUGIN}")
+        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        return image if image.endswith(":v25.12.1") else None
+
+    assert await env.wait(rolled) == "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.1"
+    gc = await wait_ready(env)
+    assert conditions(gc)["Error"]["status"] == "False"

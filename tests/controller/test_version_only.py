@@ -1,0 +1,36 @@
+"""A spec that sets only ``version`` rolls the operator's default image to that version."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.operands import ClusterFacts, RenderError, render
+from tests.controller.helpers import ENV, NAMESPACE, UID, cluster, container, kubelet_plugin
+
+
+def plugin_image(env: dict[str, str], version: str) -> str:
+    facts = ClusterFacts(namespace=NAMESPACE, env=env, owner_uid=UID)
+    objs = render(cluster({"draDriver": {"version": version}}, with_driver_image=False), facts)
+    image: str = container(kubelet_plugin(objs), "gpus")["image"]
+    return image
+
+
+@pytest.mark.parametrize(
+    ("default", "expected"),
+    [
+        ("nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0", "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.1"),
+        ("registry.local:5000/mirror/k8s-dra-driver-gpu@sha256:" + "a" * 64, "registry.local:5000/mirror/k8s-dra-driver-gpu:v25.12.1"),
+    ],
+)  # fmt: skip
+def test_version_alone_keeps_the_default_repository_and_image(default: str, expected: str) -> None:
+    assert plugin_image({**ENV, "DRA_DRIVER_IMAGE": default}, "v25.12.1") == expected
+
+
+def test_version_alone_without_a_default_image_names_the_missing_fields() -> None:
+    with pytest.raises(RenderError, match=r"spec\.draDriver\.repository, spec\.draDriver\.image and"):
+        plugin_image(dict(ENV), "v25.12.1")
+
+
+def test_an_invalid_version_alone_is_refused_with_the_field() -> None:
+    with pytest.raises(RenderError, match=r"spec\.draDriver\.version"):
+        plugin_image({**ENV, "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"}, "bad tag!")
