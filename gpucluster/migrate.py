@@ -86,6 +86,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, MutableSequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from difflib import SequenceMatcher
 from itertools import pairwise
 from typing import Any
 
@@ -1153,6 +1154,9 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
         ctx = _Context(source, document, config, opt_out)
         style = _guess_style(chunk.body)
         before = plain(doc)
+        # Only a document that names a GPU resource can change; its dump before the edit lets the
+        # edited dump be mapped back onto the original lines.
+        before_dump = _dump(doc, style, explicit=chunk.explicit) if _MENTIONS_GPU.search(chunk.body) else None
         for obj in _objects(doc):
             _migrate_object(ctx, obj)
         result.workloads.extend(ctx.workloads)
@@ -1166,6 +1170,8 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
             body = chunk.body
         else:
             body = _dump(doc, style, explicit=chunk.explicit)
+            if before_dump is not None:
+                body = _keep_lines(chunk.body, before_dump, body, plain(doc))
             if not chunk.trailer and not chunk.body.endswith("\n"):
                 body = body.rstrip("\n")
         prefix = chunk.prefix if chunk.prefix or not new_templates or chunk.explicit else "---\n"
@@ -1173,6 +1179,88 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
     result.text = "".join(out)
     result.changed = result.text != text
     return result
+
+
+_WORDS = re.compile(r"\s+")
+_COMMENT = re.compile(r"^(?P<code>[^#'\"]*(?:(?:'[^']*'|\"(?:[^\"\\]|\\.)*\")[^#'\"]*)*?)(?P<comment>[ \t]+#.*)$")
+_CLAIM_LINE = re.compile(r"^\s*-\s+name:\s|\bclaims:\s*[\[{]")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _columns(dumped: str, written: str) -> list[tuple[int, int]]:
+    """(column in the dump, shift to the written line) of where a line starts, and for a
+    sequence entry (``-   name: x``) also of where its content starts: children align to that."""
+    out = [(_indent(dumped), _indent(written) - _indent(dumped))]
+    a, b = re.match(r"^ *- +(?=\S)", dumped), re.match(r"^ *- +(?=\S)", written)
+    if a and b:
+        out.append((a.end(), b.end() - a.end()))
+    return out
+
+
+def _keep_lines(original: str, before_dump: str, after_dump: str, expected: Any) -> str:
+    """``after_dump`` with every line the edit did not touch taken from ``original`` byte for byte.
+
+    ruamel.yaml writes one indentation for the whole document; a document that mixes several
+    (sequences indented under some keys, not under others) comes back re-indented. Lines of the
+    dump before the edit are matched to the original lines by content; lines the edit kept are
+    written as they were, new lines are shifted by the indentation difference of the line that
+    encloses them, and the trailing comment of a removed GPU line goes to the claim line that
+    replaces it. If the result does not read back as the edited document, the plain dump is used.
+    """
+    source = original.splitlines(keepends=True)
+    before = before_dump.splitlines(keepends=True)
+    after = after_dump.splitlines(keepends=True)
+    # Dump line -> original line: equal but for whitespace (ruamel.yaml also respaces flow collections).
+    to_source: dict[int, int] = {}
+    matcher = SequenceMatcher(
+        None, [_WORDS.sub("", x) for x in before], [_WORDS.sub("", x) for x in source], autojunk=False
+    )
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            to_source[block.a + k] = block.b + k
+    out: list[str] = []
+    enclosing: list[tuple[int, int]] = []  # (dump indent, shift) of the kept lines before
+    comments: list[str] = []
+    for op, i1, i2, j1, j2 in SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if op == "equal":
+            for i in range(i1, i2):
+                if i in to_source:
+                    line = source[to_source[i]]
+                    enclosing.extend(_columns(before[i], line))
+                    out.append(line if line.endswith("\n") else line + "\n")
+                else:
+                    enclosing.extend(_columns(before[i], before[i]))
+                    out.append(before[i])
+            continue
+        for i in range(i1, i2):  # removed: keep the comment of a GPU line
+            line = source[to_source[i]] if i in to_source else before[i]
+            match = _COMMENT.match(line.rstrip("\r\n"))
+            if match and _MENTIONS_GPU.search(match.group("code")):
+                comment = line.rstrip("\r\n")[len(match.group("code").rstrip()) :]
+                if comment not in comments:
+                    comments.append(comment)
+        for j in range(j1, j2):
+            line = after[j]
+            depth = _indent(line)
+            shift = next((d for ind, d in reversed(enclosing) if ind <= depth), 0) if line.strip() else 0
+            shifted = " " * max(0, depth + shift) + line[depth:] if shift else line
+            enclosing.extend(_columns(line, shifted))
+            line = shifted
+            if comments and _CLAIM_LINE.search(line) and not _COMMENT.match(line.rstrip("\r\n")):
+                end = line[len(line.rstrip("\r\n")) :]
+                line = line.rstrip("\r\n") + "".join(comments) + end
+                comments = []
+            out.append(line)
+    text = "".join(out)
+    try:
+        if plain(_yaml(_Style()).load(text)) == expected:
+            return text
+    except YAMLError:
+        pass
+    return after_dump
 
 
 def _new_templates(

@@ -293,3 +293,119 @@ def test_llm_inference_service_decode_and_prefill_pod_specs_are_migrated() -> No
     prefill = service["spec"]["prefill"]["template"]
     assert prefill["resourceClaims"][0]["resourceClaimTemplateName"] == templates[1]["metadata"]["name"]
     assert migrate(result.text).text == result.text
+
+
+# ----------------------------------------------------------------------------- formatting
+
+# KubeRay's sample style: sequences not indented under some keys, indented under others, and a
+# block scalar; none of those lines is touched by the migration.
+RAY_CLUSTER = """\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: raycluster-gpu
+  namespace: ray
+spec:
+  rayVersion: '2.46.0'
+  headGroupSpec:
+    rayStartParams:
+      dashboard-host: '0.0.0.0'
+    template:
+      spec:
+        containers:
+        - name: ray-head
+          image: rayproject/ray-ml:2.46.0-gpu
+          ports:
+          - containerPort: 6379
+            name: gcs
+          - containerPort: 8265
+            name: dashboard
+          lifecycle:
+            preStop:
+              exec:
+                command: ["/bin/sh","-c","ray stop"]
+          resources:
+            limits:
+              cpu: "2"
+              memory: "8G"
+  workerGroupSpecs:
+  - groupName: gpu-group
+    replicas: 0
+    minReplicas: 0
+    maxReplicas: 4
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+          - name: ray-worker
+            image: rayproject/ray-ml:2.46.0-gpu
+            env:
+              - name: RAY_GRAFANA_HOST
+                value: http://prometheus-grafana.prometheus-system.svc:80
+            command:
+              - /bin/bash
+              - -c
+              - |
+                  echo starting
+                  ray start --block
+            resources:
+              limits:
+                cpu: "8"
+                nvidia.com/gpu: "2"  # two GPUs per worker
+              requests:
+                cpu: "8"
+                nvidia.com/gpu: "2"
+        tolerations:
+        - key: nvidia.com/gpu
+          operator: Exists
+          effect: NoSchedule
+"""
+
+
+def test_untouched_lines_of_a_changed_document_keep_their_indentation() -> None:
+    result = migrate(RAY_CLUSTER)
+    assert {w.where for w in result.migrated} == {"spec.workerGroupSpecs[0].template"}
+    (cluster,) = [d for d in docs(result.text) if d["kind"] == "RayCluster"]
+    worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["containers"][0]["resources"]["claims"] == [{"name": "gpu-0"}]
+    out = result.text.splitlines(keepends=True)
+    kept = [line for line in RAY_CLUSTER.splitlines(keepends=True) if "nvidia.com/gpu:" not in line]
+    missing = [line for line in kept if line not in out]
+    assert missing == []
+    # In the same order too: the original lines are a subsequence of the output.
+    position = 0
+    for line in kept:
+        position = out.index(line, position) + 1
+    assert migrate(result.text).text == result.text
+
+
+def test_trailing_comment_of_a_removed_gpu_line_moves_to_the_claim_line() -> None:
+    result = migrate(RAY_CLUSTER)
+    (line,) = [x for x in result.text.splitlines() if "# two GPUs per worker" in x]
+    assert line.strip() == "- name: gpu-0  # two GPUs per worker"
+
+
+FOUR_SPACES = """\
+apiVersion: v1
+kind: Pod
+metadata:
+    name: cuda-vectoradd
+spec:
+    restartPolicy: OnFailure
+    containers:
+        -   name: cuda-vectoradd
+            image: "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda11.7.1-ubuntu20.04"
+            resources:
+                limits:
+                    nvidia.com/gpu: 1 # requesting 1 GPU
+"""
+
+
+def test_four_space_document_keeps_its_lines_and_comment() -> None:
+    result = migrate(FOUR_SPACES)
+    pod = next(d for d in docs(result.text) if d["kind"] == "Pod")
+    assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpu-0"}]}
+    for line in FOUR_SPACES.splitlines(keepends=True):
+        if "nvidia.com/gpu" not in line and "limits" not in line:
+            assert line in result.text.splitlines(keepends=True)
+    assert "name: gpu-0 # requesting 1 GPU\n" in result.text

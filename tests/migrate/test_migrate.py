@@ -161,7 +161,7 @@ def test_untouched_documents_and_comments_are_kept_byte_for_byte() -> None:
     for comment in ("# Applied with: kubectl apply -f workloads.yaml", 'EPOCHS: "10"   # keep quoted'):
         assert comment in out
     assert "# keeps the device plugin's GPU" in out  # the opted-out ReplicaSet is untouched
-    assert "# one A100 per replica" not in out  # the end-of-line comment of a removed request goes with it
+    assert "- name: gpu-0   # one A100 per replica" in out  # a removed request's comment goes to its claim
     assert out.startswith("# Inference and training workloads of the ml team.\n")
 
 
