@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import logging
@@ -279,6 +280,8 @@ class Authorizer:
         self._index: dict[tuple[str, ...], list[_Binding]] | None = None
         self._cache: dict[tuple[str, tuple[str, ...], str], RuleSet] = {}
         self._unsubscribe = store.subscribe(self._on_event)
+        # The last refusals (user, message), newest last: what an audit log's 403s would show.
+        self.denials: collections.deque[tuple[str, str]] = collections.deque(maxlen=1000)
 
     def close(self) -> None:
         self._unsubscribe()
@@ -376,6 +379,8 @@ class Authorizer:
         message = forbidden_message(user.username, info)
         if reason:
             message = f"{message}: {reason}"
+        self.denials.append((user.username, message))
+        log.info("forbidden user=%s %s", user.username, message)
         if not info.resource_request:
             raise forbidden_error("", "", "", message)
         raise forbidden_error(info.api_group, info.resource, info.name, message)

@@ -102,6 +102,13 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     )
     cluster.wait_ready(timeout=120)
 
+    # Everything the operator and the chart's hooks did was within their RBAC: no refusal at all.
+    operator_users = ("system:serviceaccount:gpu-operator:",)
+    authz = cluster.sandbox.core.authz
+    assert authz is not None
+    refused = [message for user, message in list(authz.denials) if user.startswith(operator_users)]
+    assert not refused, refused
+
     cluster.kubectl("delete", "pod", "legacy", "--wait=true", "--timeout=60s")
     cluster.uninstall()
     assert cluster.get("gpuclusters")["items"] == []
