@@ -4,6 +4,10 @@ A pod that waits for its ResourceClaims to be allocated gets one Event (on the p
 unallocated claim) with a one-line reason, such as ``0/24 devices usable for request gpu on 3
 nodes, need 2 on one node: 16 selector #0 false (productName == "NVIDIA B200"), 8 in use``; a new
 Event only when the reason changes, and at most one per pod per ``min_interval`` seconds.
+
+While devices are allocated, a claim that does not fit now is checked again as if every node
+were empty, so that "busy now" (``...; would fit once devices are freed``: wait) reads
+differently from "never fits" (``...; does not fit even on an empty node``: fix the claim).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.clusterstate import ClusterState, metadata
-from gpucluster.dra.allocator import explain
+from gpucluster.dra.allocator import fit
 from gpucluster.dra.model import AllocatorInputError
 from gpucluster.dra.worker import AllocatorWorker, shared_worker
 
@@ -129,7 +133,7 @@ class Explainer:
         out = []
         for candidate in candidates:
             try:
-                reason = explain(candidate[3], cluster).one_line()
+                reason = fit(candidate[3], cluster).one_line()
             except AllocatorInputError as exc:
                 reason = str(exc)
             if (found := self._conclude(candidate, reason)) is not None:
@@ -146,7 +150,23 @@ class Explainer:
         for candidate in candidates:
             if time.monotonic() >= ends:
                 break  # the rest are explained in a later pass
-            result = await worker.check_async(candidate[3], cluster)
-            if (found := self._conclude(candidate, result.incomplete or result.reason)) is not None:
+            reason = await _fit_offloaded(worker, candidate[3], cluster)
+            if (found := self._conclude(candidate, reason)) is not None:
                 out.append(found)
         return out
+
+
+async def _fit_offloaded(
+    worker: AllocatorWorker, claims: list[dict[str, Any]], cluster: list[dict[str, Any]]
+) -> str | None:
+    """Why ``claims`` do not fit now (None: they do), and whether they would fit on empty nodes
+    (the worker's two answers in the words of ``allocator.Fit.one_line``)."""
+    now = await worker.check_async(claims, cluster)
+    if now.incomplete or not now.reason or not any(obj.get("kind") == "ResourceClaim" for obj in cluster):
+        return now.incomplete or now.reason
+    empty = await worker.check_async(claims, cluster, assume_empty=True)
+    if empty.incomplete:
+        return f"{now.reason}; on empty nodes: {empty.incomplete}"
+    if empty.reason is None:
+        return f"{now.reason}; would fit once devices are freed"
+    return f"{empty.reason}; does not fit even on an empty node"
