@@ -131,9 +131,11 @@ class Controller:
     def _leads(self) -> bool:
         return self.elector is None or self.elector.is_leader.is_set()
 
-    async def _wait_synced(self, kinds: list[str]) -> None:
+    async def _wait_synced(self, kinds: list[str], stop: asyncio.Event | None = None) -> None:
         reported = ""
         while not self.state.synced(kinds):
+            if stop is not None and stop.is_set():
+                return  # SIGTERM before the caches synced: stop (and release the Lease) now
             problems = [p for p in self.problems() if p.startswith("cannot ")]
             message = "; ".join(problems)
             # Nothing is reconciled until every cache syncs: say why on the GPUCluster when we can.
@@ -174,7 +176,7 @@ class Controller:
 
         tasks.append(asyncio.create_task(wake_on_stop()))
         try:
-            await self._wait_synced([r.kind for r in resources])
+            await self._wait_synced([r.kind for r in resources], stop)
             await self._loop(stop, elector)
         finally:
             if elector_task is not None:
