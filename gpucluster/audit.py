@@ -44,13 +44,24 @@ from typing import Any
 
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import clone
+from gpucluster.migrate import KSERVE_FRAMEWORKS, format_path
 from gpucluster.translate import parse_quantity
 from webhook.admission import admit_request
 from webhook.review import AdmissionRequest
 from webhook.rules.pods import WEBHOOK_CONFIG, native_resources, opted_out
 from webhook.settings import TRANSLATE_LABEL, Settings
 
-__all__ = ["WORKLOAD_KINDS", "Finding", "Ref", "audit", "pod_template", "requested_gpus"]
+__all__ = [
+    "CUSTOM_KINDS",
+    "WORKLOAD_KINDS",
+    "Finding",
+    "Ref",
+    "audit",
+    "custom_pod_templates",
+    "is_custom_workload",
+    "pod_template",
+    "requested_gpus",
+]
 
 # Kinds whose pod spec the audit reads, and where their pod template is.
 WORKLOAD_KINDS: Mapping[str, tuple[str, ...]] = {
@@ -62,6 +73,23 @@ WORKLOAD_KINDS: Mapping[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
+# Custom resources that carry pod templates (the kinds ``gpucluster migrate`` rewrites), by API
+# group: listed directly, so a suspended job, a RayCluster scaled to zero or a TrainingRuntime no
+# TrainJob has started yet is seen before any pod exists.
+CUSTOM_KINDS: Mapping[str, frozenset[str]] = {
+    "kubeflow.org": frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook"}),
+    "trainer.kubeflow.org": frozenset({"TrainingRuntime", "ClusterTrainingRuntime"}),
+    "ray.io": frozenset({"RayCluster", "RayJob", "RayService"}),
+    "jobset.x-k8s.io": frozenset({"JobSet"}),
+    "leaderworkerset.x-k8s.io": frozenset({"LeaderWorkerSet"}),
+    "argoproj.io": frozenset({"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}),
+    "serving.kserve.io": frozenset(
+        {"InferenceService", "LLMInferenceService", "ServingRuntime", "ClusterServingRuntime"}
+    ),
+    "batch.volcano.sh": frozenset({"Job"}),
+}
+# KServe predictor/explainer framework fields: each inlines the main container.
+_KSERVE_FRAMEWORKS = frozenset(KSERVE_FRAMEWORKS)
 _KIND_ORDER = {kind: i for i, kind in enumerate(("Pod", "ReplicaSet", "Job", "Deployment", "StatefulSet", "DaemonSet"))}
 
 
@@ -125,11 +153,78 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def is_custom_workload(obj: Mapping[str, Any]) -> bool:
+    """A custom resource of a kind in :data:`CUSTOM_KINDS` (group and kind)."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    return str(obj.get("kind")) in CUSTOM_KINDS.get(group, frozenset())
+
+
+def _containers(node: Mapping[str, Any]) -> list[Any]:
+    found = [c for c in _list(node.get("containers")) if isinstance(c, Mapping)]
+    for key in ("container", "script"):  # Argo templates: the main container
+        if isinstance(node.get(key), Mapping):
+            found.insert(0, node[key])
+    found[:0] = [v for k, v in node.items() if k in _KSERVE_FRAMEWORKS and isinstance(v, Mapping)]
+    return found
+
+
+def custom_pod_templates(obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(path, {metadata, spec})`` of every pod template in a custom resource, found by shape:
+    a PodTemplateSpec (``{metadata?, spec: {containers}}``), or a pod spec inlined in a component
+    (``containers``; an Argo template's ``container``/``script``; a KServe framework container)."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        if isinstance(node, Mapping):
+            spec = node.get("spec")
+            if path and isinstance(spec, Mapping) and isinstance(spec.get("containers"), list):
+                found.append((format_path(path), node))
+                return
+            containers = _containers(node) if path else []
+            if containers:
+                pod_spec = {**{k: v for k, v in node.items() if k in ("initContainers", "resourceClaims")}}
+                found.append(
+                    (
+                        format_path(path),
+                        {"metadata": _dict(node.get("metadata")), "spec": {**pod_spec, "containers": containers}},
+                    )
+                )
+            for key, value in node.items():
+                if key not in ("status", "metadata") and not (
+                    containers and key in ("containers", "container", "script")
+                ):
+                    walk(value, (*path, str(key)))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, (*path, index))
+
+    walk(obj, ())
+    return found
+
+
+def _custom_template(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, list[str]]:
+    """The pod template of a custom resource the audit decides on (the first asking for GPUs),
+    and a note naming every template that asks for GPUs when there are several."""
+    templates = custom_pod_templates(obj)
+    legacy = [(path, t) for path, t in templates if requested_gpus(_dict(t.get("spec")))]
+    notes = []
+    if len(legacy) > 1:
+        notes.append(
+            "pod templates asking for GPUs: "
+            + ", ".join(
+                f"{path} ({','.join(f'{k}={v}' for k, v in requested_gpus(_dict(t.get('spec'))).items())})"
+                for path, t in legacy
+            )
+        )
+    chosen = legacy[0][1] if legacy else templates[0][1] if templates else None
+    return chosen, notes
+
+
 def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """``{metadata, spec}`` of the pods ``obj`` makes (the pod itself for a Pod); None when absent."""
     path = WORKLOAD_KINDS.get(str(obj.get("kind")))
-    if path is None:
-        return None
+    if path is None or (path and is_custom_workload(obj)):
+        return _custom_template(obj)[0] if is_custom_workload(obj) else None
     node: Any = obj
     for key in path:
         node = _dict(node).get(key)
@@ -283,7 +378,7 @@ def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = N
     settings = settings or Settings()
     objects = list(objects)
     cluster = ClusterState.from_objects(objects)
-    workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS]
+    workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS or is_custom_workload(o)]
     by_uid = _uid_index(workloads)
     by_key: dict[_Key, Mapping[str, Any]] = {
         _key(str(metadata(o).get("namespace") or ""), _ref(o)): o for o in workloads
@@ -371,6 +466,8 @@ def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = N
         notes: list[str] = []
         if old_revision:
             notes.append(f"owner {migrated_owner[anchor]} is already migrated; these pods are from an older revision")
+        if anchor_obj is not None and is_custom_workload(anchor_obj):
+            notes.extend(_custom_template(anchor_obj)[1])
         if anchor_obj is None:
             notes.append(f"owner {anchor[1]}/{anchor[2]} was not listed; decision from pod {pods[0][2]}")
         findings.append(

@@ -109,7 +109,7 @@ from gpucluster.translate import (
     translate_pod_spec,
 )
 
-__all__ = ["MigrateResult", "Workload", "migrate_text"]
+__all__ = ["KSERVE_FRAMEWORKS", "MigrateResult", "Workload", "format_path", "migrate_text"]
 
 Path = tuple[str | int, ...]
 
@@ -237,6 +237,11 @@ def _mapping(value: Any) -> MutableMapping[str, Any] | None:
 
 def _seq(value: Any) -> MutableSequence[Any] | None:
     return value if isinstance(value, MutableSequence) and not isinstance(value, str) else None
+
+
+def format_path(path: Path) -> str:
+    """``spec.templates[0].container``: a path in an object, as the report writes it."""
+    return _fmt(path)
 
 
 def _fmt(path: Path) -> str:

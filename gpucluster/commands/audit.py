@@ -4,11 +4,14 @@ Lists (paginated) Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs
 Namespaces, plus DeviceClasses, ResourceClaimTemplates and ResourceClaims (the webhook's view;
 skipped when ``resource.k8s.io/v1`` is not served) and MutatingWebhookConfigurations (to tell
 whether our pod webhook is installed; skipped when not allowed); a kind the server does not
-serve counts as empty. Then it reports through
+serve counts as empty. Custom resources that carry pod templates (:data:`gpucluster.audit.CUSTOM_KINDS`:
+Kubeflow jobs and runtimes, Ray, JobSet, LeaderWorkerSet, Argo, KServe, Volcano) are found through
+discovery and listed too; a kind that may not be listed is named on stderr (and in ``notListed``). Then
+it reports through
 :func:`gpucluster.audit.audit`. Exit 0 when no workload requests GPUs through extended
 resources, 1 when some do, 2 on error (bad kubeconfig, API server unreachable, list forbidden).
 
-``-o json`` prints ``{"webhookInstalled": true|false|null, "workloads": [...]}``, each workload
+``-o json`` prints ``{"webhookInstalled": true|false|null, "workloads": [...], "notListed": [...]}``, each workload
 ``{"namespace", "kind", "name", "chain": [{"kind", "name"}, ...], "pods", "translatedPods",
 "gpus": {resource: quantity per pod}, "webhook": {"action": "translate"|"warn"|"skip", "reason"},
 "notes": [...]}``; ``chain`` runs from the lowest object (a pod when one runs) to the root owner.
@@ -75,14 +78,21 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    objects, installed = asyncio.run(collect(args.kubeconfig))
+    collected = asyncio.run(collect(args.kubeconfig))
+    installed = collected.webhook_installed
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
-    findings = audit(objects, settings=settings)
+    findings = audit(collected.objects, settings=settings)
     if args.output == "json":
-        out = {"webhookInstalled": installed, "workloads": [f.to_json() for f in findings]}
+        out = {
+            "webhookInstalled": installed,
+            "workloads": [f.to_json() for f in findings],
+            "notListed": collected.not_listed,
+        }
         print(json.dumps(out, indent=2))
     elif findings:
         print(table(findings), end="")
+    for what in collected.not_listed:
+        print(f"note: could not list {what}: workloads of that kind are seen only through their pods", file=sys.stderr)
     if installed is False:
         print(
             f"note: the gpucluster pod webhook is not installed (no MutatingWebhookConfiguration has {POD_HOOK}): "
@@ -128,9 +138,12 @@ def _collection(api_version: str, kind: str) -> str:
     return f"/api/{api_version}/{name}" if "/" not in api_version else f"/apis/{api_version}/{name}"
 
 
-async def list_all(kube: Kube, api_version: str, kind: str, *, page_size: int = PAGE_SIZE) -> list[KubeObject]:
-    """Every object of a kind, across namespaces, page by page (``limit`` and ``continue``)."""
-    path = _collection(api_version, kind)
+async def list_all(
+    kube: Kube, api_version: str, kind: str, *, page_size: int = PAGE_SIZE, path: str | None = None
+) -> list[KubeObject]:
+    """Every object of a kind, across namespaces, page by page (``limit`` and ``continue``);
+    ``path`` is the collection when discovery named it (custom resources)."""
+    path = path or _collection(api_version, kind)
     items: list[KubeObject] = []
     token = ""
     while True:
@@ -155,13 +168,70 @@ async def _list_kind(kube: Kube, api_version: str, kind: str, required: bool) ->
         raise InputError(f"cannot list {plural(api_version, kind)[0]}: {exc}") from None
 
 
-async def collect(kubeconfig: str | None) -> tuple[list[KubeObject], bool | None]:
-    """The objects the audit reads, and whether our pod webhook is installed (None: not known)."""
+class Collected:
+    """What the audit read from the cluster."""
+
+    def __init__(self, objects: list[KubeObject] | None = None, webhook_installed: bool | None = None) -> None:
+        self.objects = objects if objects is not None else []
+        self.webhook_installed = webhook_installed  # None: not known
+        self.not_listed: list[str] = []  # custom kinds not readable: "rayclusters.ray.io (403: not allowed to list)"
+
+
+async def custom_collections(kube: Kube) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, collection path) of the custom kinds with pod templates the server serves
+    (:data:`gpucluster.audit.CUSTOM_KINDS`), found through discovery at each group's preferred version."""
+    from gpucluster.audit import CUSTOM_KINDS  # here, not at the top: the import block is kept minimal
+
+    groups = await kube.get("/apis")
+    found: list[tuple[str, str, str]] = []
+    for group in groups.get("groups") or []:
+        name = str((group or {}).get("name") or "")
+        kinds = CUSTOM_KINDS.get(name)
+        version = ((group or {}).get("preferredVersion") or {}).get("groupVersion")
+        if not kinds or not isinstance(version, str):
+            continue
+        try:
+            resources = await kube.get(f"/apis/{version}")
+        except KubeError as exc:
+            if exc.status in (403, 404):
+                continue
+            raise
+        for resource in resources.get("resources") or []:
+            plural_name = str(resource.get("name") or "")
+            if resource.get("kind") in kinds and "/" not in plural_name and "list" in (resource.get("verbs") or []):
+                found.append((version, str(resource["kind"]), f"/apis/{version}/{plural_name}"))
+    return found
+
+
+async def _list_custom(kube: Kube, api_version: str, kind: str, path: str) -> list[KubeObject] | str:
+    try:
+        return await list_all(kube, api_version, kind, path=path)
+    except KubeError as exc:
+        if exc.status in (401, 403):
+            return f"{path.rsplit('/', 1)[-1]}.{api_version.split('/')[0]} ({exc.status}: not allowed to list)"
+        if exc.status == 404:
+            return []
+        raise InputError(f"cannot list {path}: {exc}") from None
+
+
+async def collect(kubeconfig: str | None) -> Collected:
+    """The objects the audit reads, whether our pod webhook is installed, and the custom kinds
+    that could not be listed."""
     kube = await Kube.connect(kubeconfig)
     try:
         answers = await asyncio.gather(
             *(_list_kind(kube, av, kind, required) for av, kind, required in LISTED), return_exceptions=True
         )
+        custom: list[list[KubeObject] | str] = []
+        if not any(isinstance(a, BaseException) for a in answers):
+            try:
+                collections = await custom_collections(kube)
+            except KubeError as exc:
+                if exc.status not in (403, 404):
+                    raise InputError(f"cannot discover the API groups: {exc}") from None
+                collections = []
+                custom.append(f"custom resources (discovery: {exc.status})")
+            custom.extend(await asyncio.gather(*(_list_custom(kube, *c) for c in collections)))
     finally:
         await kube.close()
     lists: list[list[KubeObject] | None] = []
@@ -172,15 +242,19 @@ async def collect(kubeconfig: str | None) -> tuple[list[KubeObject], bool | None
         if isinstance(answer, BaseException):
             raise answer
         lists.append(answer)
-    objects: list[KubeObject] = []
-    installed: bool | None = None
+    out = Collected()
     for (_, kind, _), items in zip(LISTED, lists, strict=True):
         if kind == "MutatingWebhookConfiguration":
             if items is not None:
-                installed = any(_has_pod_hook(config) for config in items)
+                out.webhook_installed = any(_has_pod_hook(config) for config in items)
             continue
-        objects.extend(items or [])
-    return objects, installed
+        out.objects.extend(items or [])
+    for listed in custom:
+        if isinstance(listed, str):
+            out.not_listed.append(listed)
+        else:
+            out.objects.extend(listed)
+    return out
 
 
 def _has_pod_hook(config: dict[str, Any]) -> bool:

@@ -260,8 +260,8 @@ def test_requested_gpus_is_the_effective_request() -> None:
 def cluster(monkeypatch: pytest.MonkeyPatch) -> list[Obj]:
     objects: list[Obj] = []
 
-    async def collect(kubeconfig: str | None) -> tuple[list[Obj], bool | None]:
-        return objects, True
+    async def collect(kubeconfig: str | None) -> command.Collected:
+        return command.Collected(objects, True)
 
     monkeypatch.setattr(command, "collect", collect)
     return objects
