@@ -102,3 +102,76 @@ def test_audit_lists_the_legacy_deployment_and_not_the_migrated_one(
     kubectl(kubeconfig, "delete", "-f", str(legacy))
     assert gpucluster("audit", "--kubeconfig", str(kubeconfig)) == 0
     assert "no workload requests GPUs" in capsys.readouterr().err
+
+
+RAY_CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: rayclusters.ray.io
+spec:
+  group: ray.io
+  names: {kind: RayCluster, listKind: RayClusterList, plural: rayclusters, singular: raycluster}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"""
+
+RAY_CLUSTER = """\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: raycluster-gpu
+  namespace: default
+spec:
+  headGroupSpec:
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-head
+          image: rayproject/ray:2.46.0
+  workerGroupSpecs:
+  - groupName: gpu-group
+    replicas: 0
+    minReplicas: 0
+    maxReplicas: 2
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-worker
+          image: rayproject/ray:2.46.0-gpu
+          resources:
+            limits:
+              nvidia.com/gpu: "1"
+"""
+
+
+def test_audit_lists_a_legacy_raycluster_that_has_no_pods(
+    sandbox: SandboxThread, gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    kubeconfig = sandbox.sandbox.kubeconfig_path
+    crd, cluster = tmp_path / "crd.yaml", tmp_path / "raycluster.yaml"
+    crd.write_text(RAY_CRD)
+    cluster.write_text(RAY_CLUSTER)
+    kubectl(kubeconfig, "apply", "-f", str(crd))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/rayclusters.ray.io")
+    kubectl(kubeconfig, "apply", "-f", str(cluster))
+    try:
+        assert gpucluster("audit", "--kubeconfig", str(kubeconfig), "-o", "json") == 1
+        data = json.loads(capsys.readouterr().out)
+        (finding,) = [w for w in data["workloads"] if w["kind"] == "RayCluster"]
+        assert finding["name"] == "raycluster-gpu" and finding["namespace"] == "default"
+        assert finding["pods"] == 0 and finding["gpus"] == {"nvidia.com/gpu": "1"}
+        assert finding["chain"] == [{"kind": "RayCluster", "name": "raycluster-gpu"}]
+        assert finding["webhook"]["action"] == "translate"
+        assert data["notListed"] == []
+    finally:
+        kubectl(kubeconfig, "delete", "-f", str(cluster))
