@@ -123,6 +123,14 @@ def h100_node(name: str = "node-a", gpus: int = 8) -> list[Obj]:
     return [*simulate.node_slices(name, "H100", gpus), simulate.node_object(name, "H100", gpus)]
 
 
+# Tests of taints and partitionable devices switch their gates on (off by default before 1.36).
+GATED_ON = {"DRADeviceTaints": True, "DRAPartitionableDevices": True}
+
+
+def explain_gated(*args: Any, **kwargs: Any) -> Explanation:
+    return explain(*args, feature_gates=GATED_ON, **kwargs)
+
+
 def picks(result: Explanation, node_name: str | None = None) -> list[tuple[str, str, str, str]]:
     node_result = result.nodes[0] if node_name is None else next(n for n in result.nodes if n.node == node_name)
     return [(a.request, a.driver, a.pool, a.device) for a in node_result.allocation]
@@ -144,7 +152,7 @@ def test_eight_gpus_on_a_realistic_h100_node() -> None:
     assert result.errors == []
     assert picks(result) == [("gpu", GPU, "node-a", f"gpu-{i}") for i in range(8)]
     as_json = result.to_json()
-    assert set(as_json) == {"satisfiable", "nodes", "errors"}
+    assert set(as_json) == {"satisfiable", "nodes", "errors", "kubernetesVersion", "featureGates"}
     assert set(as_json["nodes"][0]) == {"node", "satisfiable", "allocation", "reasons"}
     assert as_json["nodes"][0]["allocation"][0] == {
         "request": "gpu",
@@ -590,7 +598,7 @@ def test_tainted_devices_need_tolerations() -> None:
         device_class(),
     ]
     # upstream: tainted-two-devices
-    result = explain([claim(exact())], cluster)
+    result = explain_gated([claim(exact())], cluster)
     assert not result.satisfiable
     assert result.nodes[0].requests[0].rejections == [
         (f"{GPU}/p1/d1", "taint example.com/taint=tainted:NoSchedule not tolerated"),
@@ -598,14 +606,14 @@ def test_tainted_devices_need_tolerations() -> None:
     ]
     # upstream: tainted-two-devices-tolerated
     no_execute = {"key": "example.com/taint", "operator": "Exists", "effect": "NoExecute"}
-    assert picks(explain([claim(exact(tolerations=[no_execute]))], cluster)) == [("gpu", GPU, "p1", "d2")]
+    assert picks(explain_gated([claim(exact(tolerations=[no_execute]))], cluster)) == [("gpu", GPU, "p1", "d2")]
     # Equal needs the value; an empty key with Exists tolerates everything.
     equal = {"key": "example.com/taint", "operator": "Equal", "value": "tainted", "effect": "NoSchedule"}
-    assert picks(explain([claim(exact(tolerations=[equal]))], cluster)) == [("gpu", GPU, "p1", "d1")]
+    assert picks(explain_gated([claim(exact(tolerations=[equal]))], cluster)) == [("gpu", GPU, "p1", "d1")]
     wrong = {**equal, "value": "other"}
-    assert not explain([claim(exact(tolerations=[wrong]))], cluster).satisfiable
+    assert not explain_gated([claim(exact(tolerations=[wrong]))], cluster).satisfiable
     everything = {"operator": "Exists"}
-    assert picks(explain([claim(exact(count=2, tolerations=[everything]))], cluster)) == [
+    assert picks(explain_gated([claim(exact(count=2, tolerations=[everything]))], cluster)) == [
         ("gpu", GPU, "p1", "d1"),
         ("gpu", GPU, "p1", "d2"),
     ]
@@ -614,12 +622,12 @@ def test_tainted_devices_need_tolerations() -> None:
 def test_tainted_device_with_two_taints() -> None:
     cluster = [rslice("s1", "n1", "p1", dev("d1", taints=[taint(), taint(effect="NoExecute")])), device_class()]
     # upstream: tainted-one-device-two-taints, tainted-one-device-two-taints-both-tolerated
-    assert not explain(
+    assert not explain_gated(
         [claim(exact(tolerations=[{"key": "example.com/taint", "operator": "Exists", "effect": "NoSchedule"}]))],
         cluster,
     ).satisfiable
     tolerations = [{"key": "example.com/taint", "operator": "Exists", "effect": e} for e in ("NoSchedule", "NoExecute")]
-    assert explain([claim(exact(tolerations=tolerations))], cluster).satisfiable
+    assert explain_gated([claim(exact(tolerations=tolerations))], cluster).satisfiable
 
 
 def test_taints_in_subrequests_and_the_none_effect() -> None:
@@ -629,12 +637,14 @@ def test_taints_in_subrequests_and_the_none_effect() -> None:
         driver_class("a", "driver-a"),
         driver_class("b", "driver-b"),
     ]
-    assert not explain([claim(first_available("req-0", sub("sub-0", "b"), sub("sub-1", "a")))], cluster).satisfiable
+    assert not explain_gated(
+        [claim(first_available("req-0", sub("sub-0", "b"), sub("sub-1", "a")))], cluster
+    ).satisfiable
     # 1.35 added the "None" effect, which never prevents allocation; 1.34 requires every taint
     # to be tolerated.
     cluster = [rslice("s1", "n1", "p1", dev("d1", taints=[taint(effect="None")])), device_class()]
-    assert not explain([claim(exact())], cluster, kubernetes_version="1.34").satisfiable
-    assert explain([claim(exact())], cluster, kubernetes_version="1.35").satisfiable
+    assert not explain_gated([claim(exact())], cluster, kubernetes_version="1.34").satisfiable
+    assert explain_gated([claim(exact())], cluster, kubernetes_version="1.35").satisfiable
 
 
 # ----------------------------------------------------------------------------- partitionable devices
@@ -656,7 +666,7 @@ def test_partitionable_device_single() -> None:
         ),
         device_class(),
     ]
-    assert picks(explain([claim(exact())], cluster)) == [("gpu", GPU, "p1", "d1")]
+    assert picks(explain_gated([claim(exact())], cluster)) == [("gpu", GPU, "p1", "d1")]
 
 
 def test_partitionable_counters_count_existing_allocations() -> None:
@@ -673,7 +683,7 @@ def test_partitionable_counters_count_existing_allocations() -> None:
         device_class(),
         allocated("o", (GPU, "p1", "d2")),
     ]
-    result = explain([claim(exact())], cluster)
+    result = explain_gated([claim(exact())], cluster)
     assert not result.satisfiable
     assert result.nodes[0].requests[0].rejections == [
         (f"{GPU}/p1/d1", "counter counter-set-1/memory exhausted"),
@@ -712,11 +722,11 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
         ),
         device_class(),
     ]
-    assert picks(explain([claim(exact(count=2))], cluster)) == [
+    assert picks(explain_gated([claim(exact(count=2))], cluster)) == [
         ("gpu", GPU, "p1", "half-0"),
         ("gpu", GPU, "p1", "half-1"),
     ]
-    result = explain([claim(exact(count=3))], cluster)
+    result = explain_gated([claim(exact(count=3))], cluster)
     assert not result.satisfiable
     reasons = dict(result.nodes[0].requests[0].rejections)
     # Combinations in entry order: "whole" is tried first, then neither half fits beside it.
@@ -735,7 +745,7 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
         ),
         device_class(),
     ]
-    assert picks(explain([claim(exact())], cluster)) == [("gpu", GPU, "p1", "clean")]
+    assert picks(explain_gated([claim(exact())], cluster)) == [("gpu", GPU, "p1", "clean")]
 
 
 def test_partitionable_counters_per_pool_from_135() -> None:
@@ -747,17 +757,17 @@ def test_partitionable_counters_per_pool_from_135() -> None:
     n1 = rslice("s-n1", "n1", "p1", dev("a", consumesCounters=consumes("60Gi")), count=3)
     n2 = rslice("s-n2", "n2", "p1", dev("b", consumesCounters=consumes("60Gi")), count=3)
     cluster = [counters, n1, n2, device_class(), node("n1"), node("n2")]
-    result = explain([claim(exact())], cluster, kubernetes_version="1.35")
+    result = explain_gated([claim(exact())], cluster, kubernetes_version="1.35")
     assert result.satisfiable
     assert [n.satisfiable for n in result.nodes] == [True, True]
-    result = explain([claim(exact())], [*cluster, allocated("o", (GPU, "p1", "b"))], kubernetes_version="1.35")
+    result = explain_gated([claim(exact())], [*cluster, allocated("o", (GPU, "p1", "b"))], kubernetes_version="1.35")
     assert node_of(result, "n1").requests[0].rejections == [(f"{GPU}/p1/a", "counter counter-set-1/memory exhausted")]
     # 1.34 keeps counters per slice: a slice with devices and sharedCounters is 1.34-only.
     mixed = rslice(
         "s1", "n1", "p1", dev("d1", consumesCounters=consumes("4Gi")), sharedCounters=[counter_set(memory="8Gi")]
     )
     with pytest.raises(AllocatorInputError, match="only one of devices and sharedCounters"):
-        explain([claim(exact())], [mixed, device_class()], kubernetes_version="1.35")
+        explain_gated([claim(exact())], [mixed, device_class()], kubernetes_version="1.35")
 
 
 # ----------------------------------------------------------------------------- pools
@@ -921,7 +931,7 @@ def test_per_device_node_selection() -> None:
         node("n2"),
         device_class(),
     ]
-    result = explain([claim(exact())], cluster, node="n2")
+    result = explain_gated([claim(exact())], cluster, node="n2")
     assert picks(result) == [("gpu", GPU, "p1", "d2")]
     assert result.nodes[0].requests[0].rejections == [
         (f"{GPU}/p1/d1", "not available on this node (perDeviceNodeSelection)")

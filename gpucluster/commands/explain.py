@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from gpucluster.commands import Subparsers
+from gpucluster.dra import gates
 from gpucluster.dra.allocator import AllocatorInputError, explain
 from gpucluster.dra.model import SUPPORTED_VERSIONS
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
@@ -49,6 +50,12 @@ def register(subparsers: Subparsers) -> None:
         default="1.34",
         help="allocator semantics to follow (default 1.34)",
     )
+    parser.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        default="",
+        help=f"DRA feature gates of the cluster (default: Kubernetes' for the version): {', '.join(gates.GATES)}",
+    )
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.set_defaults(func=run)
 
@@ -62,7 +69,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{_name(args.claim)}: no ResourceClaim or ResourceClaimTemplate found")
     cluster = load_objects(args.cluster)
     try:
-        result = explain(claims, cluster, node=args.node, kubernetes_version=args.kubernetes_version)
+        feature_gates = gates.parse(args.feature_gates)
+        gates.resolve(args.kubernetes_version, feature_gates)
+    except AllocatorInputError as exc:
+        raise InputError(f"--feature-gates: {exc}") from None
+    try:
+        result = explain(
+            claims, cluster, node=args.node, kubernetes_version=args.kubernetes_version, feature_gates=feature_gates
+        )
     except AllocatorInputError as exc:
         if exc.source == "claims":
             raise InputError(f"{_name(args.claim)}: {exc}") from None

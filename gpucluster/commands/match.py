@@ -8,7 +8,9 @@ import sys
 from typing import Any
 
 from gpucluster.commands import Subparsers
+from gpucluster.dra import gates
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, CelRuntimeError, compile_selector, slice_views
+from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.manifests import load_objects
 
@@ -28,17 +30,28 @@ def register(subparsers: Subparsers) -> None:
         "-f", "--filename", required=True, metavar="FILE", help="ResourceSlices (YAML/JSON, - for stdin)"
     )
     parser.add_argument("-o", "--output", choices=["json", "table", "summary"], default="table")
+    parser.add_argument(
+        "--kubernetes-version", choices=SUPPORTED_VERSIONS, default="1.34", help="for feature gate defaults"
+    )
+    parser.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        default="",
+        help="DRA feature gates (DRAConsumableCapacity declares device.allowMultipleAllocations)",
+    )
     parser.set_defaults(func=run)
 
 
-def _rows(slices: list[dict[str, Any]], expressions: list[str]) -> list[dict[str, Any]]:
+def _rows(
+    slices: list[dict[str, Any]], expressions: list[str], *, consumable_capacity: bool = False
+) -> list[dict[str, Any]]:
     programs = []
     for index, expression in enumerate(expressions):
         size = len(expression.encode())
         if size > MAX_EXPRESSION_LENGTH:
             raise InputError(f"expression #{index}: {size} bytes, longer than the 10 KiB limit")
         try:
-            programs.append(compile_selector(expression))
+            programs.append(compile_selector(expression, consumable_capacity=consumable_capacity))
         except CelCompileError as exc:
             raise InputError(f"expression #{index}: compile error at {exc}") from None
     rows = []
@@ -91,8 +104,12 @@ def _table(rows: list[dict[str, Any]], expressions: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        enabled = gates.resolve(args.kubernetes_version, gates.parse(args.feature_gates))
+    except AllocatorInputError as exc:
+        raise InputError(f"--feature-gates: {exc}") from None
     slices = _slices(args.filename)
-    rows = _rows(slices, args.expression)
+    rows = _rows(slices, args.expression, consumable_capacity=enabled[gates.CONSUMABLE_CAPACITY])
     if args.output == "json":
         print(json.dumps(rows, indent=2))
     elif args.output == "summary":

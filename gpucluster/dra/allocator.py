@@ -19,6 +19,7 @@ the API server would reject raises :class:`AllocatorInputError`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -128,6 +129,7 @@ class Explanation:
     nodes: list[NodeResult]
     errors: list[str]
     kubernetes_version: str = "1.34"
+    feature_gates: dict[str, bool] = field(default_factory=dict)  # the gates this answer assumed
 
     @property
     def gave_up(self) -> str:
@@ -141,6 +143,8 @@ class Explanation:
             "satisfiable": self.satisfiable,
             "nodes": [n.to_json() for n in self.nodes],
             "errors": list(self.errors),
+            "kubernetesVersion": self.kubernetes_version,
+            "featureGates": dict(self.feature_gates),
         }
 
     def one_line(self) -> str:
@@ -345,6 +349,8 @@ def _split_cluster(
         kind = _kind(obj, index, "cluster object")
         if kind == "ResourceSlice":
             parsed = parse_slice(obj, index)
+            if not semantics.partitionable_devices and (parsed.shared_counters or parsed.per_device):
+                continue  # GatherPools ignores them with DRAPartitionableDevices off
             check_slice_for_version(parsed, semantics)
             slices.append((index, parsed))
         elif kind == "DeviceClass":
@@ -367,6 +373,7 @@ def explain(
     max_steps: int = DEFAULT_MAX_STEPS,
     deadline_ms: float | None = DEFAULT_DEADLINE_MS,
     assume_empty: bool = False,
+    feature_gates: Mapping[str, bool] | None = None,
 ) -> Explanation:
     """Decide, node by node, whether ``claims`` can be allocated together, and explain why.
 
@@ -374,13 +381,23 @@ def explain(
     bound the search per node like the scheduler's filter timeout: a node whose search stops
     there has ``gave_up`` set, and so has the answer if no other node fits. ``assume_empty``
     answers "would it fit on an empty node?": ResourceClaims allocated in ``cluster`` hold no
-    devices.
+    devices. ``feature_gates`` changes the version's default gates (:mod:`gpucluster.dra.gates`).
     """
     try:
-        semantics = Semantics.for_version(kubernetes_version)
+        semantics = Semantics.for_version(kubernetes_version, feature_gates)
     except AllocatorInputError as exc:
         raise AllocatorInputError(str(exc), "") from None
     backend = selectors or default_backend()
+    if selectors is None and semantics.consumable_capacity:
+        backend = SelectorBackend(
+            compile=functools.partial(cel.compile_selector, consumable_capacity=True),
+            views=backend.views,
+            compile_error=backend.compile_error,
+            runtime_error=backend.runtime_error,
+        )
+    gates = dict(semantics.gates)
+    if not semantics.filter_timeout:
+        deadline_ms = None
 
     try:
         slices, class_objects, node_infos, allocated = _split_cluster(cluster, semantics)
@@ -430,13 +447,14 @@ def explain(
         targets = [node_infos[node]]
 
     if errors:
-        return Explanation(False, [], errors, kubernetes_version)
+        return Explanation(False, [], errors, kubernetes_version, gates)
     if not targets:
         return Explanation(
             False,
             [],
             ["no nodes: the cluster has no Node objects and no ResourceSlice names a node"],
             kubernetes_version,
+            gates,
         )
 
     # Index the slices once: per node, shared (no nodeName or, 1.35+, counter sets), per pool.
@@ -495,7 +513,7 @@ def explain(
             )
         )
     satisfiable = not fatal and any(r.satisfiable for r in results)
-    return Explanation(satisfiable, results, fatal, kubernetes_version)
+    return Explanation(satisfiable, results, fatal, kubernetes_version, gates)
 
 
 @dataclass(slots=True)

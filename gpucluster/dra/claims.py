@@ -67,6 +67,7 @@ class RequestSpec:
     admin_access: bool
     tolerations: tuple[Toleration, ...]
     path: str  # field path, for messages
+    admin_access_set: bool = False  # adminAccess given, true or false (hasAdminAccess upstream)
 
     @property
     def full_name(self) -> str:
@@ -220,6 +221,7 @@ def _parse_request_body(
         mode=mode,
         count=count,
         admin_access=bool(admin),
+        admin_access_set=admin is not None,
         tolerations=_parse_tolerations(raw.get("tolerations"), f"{where}.tolerations", label),
         path=where,
     )

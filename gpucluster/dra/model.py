@@ -62,16 +62,24 @@ class Semantics:
     # 1.36: within one request, devices are tried as combinations (the next device comes after
     # the previous one), not permutations.
     combinations: bool
-    # 1.36: DRADeviceBindingConditions is on by default, devices with bindingConditions can be
-    # allocated. Before, such devices are never selected.
+    # DRADeviceBindingConditions (on by default from 1.36): devices with bindingConditions can be
+    # allocated. Off, such devices are never selected.
     binding_conditions: bool
+    # The other feature gates (gpucluster.dra.gates), in effect for this explanation.
+    admin_access: bool = True
+    prioritized_list: bool = True
+    device_taints: bool = True
+    partitionable_devices: bool = True
+    consumable_capacity: bool = True
+    filter_timeout: bool = True
+    gates: tuple[tuple[str, bool], ...] = ()  # every gate and its value, for reports
 
     @staticmethod
-    def for_version(version: str) -> Semantics:
-        if version not in SUPPORTED_VERSIONS:
-            raise AllocatorInputError(
-                f"kubernetes version {version!r} is not supported (one of {', '.join(SUPPORTED_VERSIONS)})"
-            )
+    def for_version(version: str, feature_gates: Mapping[str, bool] | None = None) -> Semantics:
+        """``version``'s semantics with its default feature gates, changed by ``feature_gates``."""
+        from gpucluster.dra import gates as g  # gates imports this module
+
+        enabled = g.resolve(version, feature_gates)
         minor = int(version.split(".")[1])
         return Semantics(
             version=version,
@@ -80,7 +88,14 @@ class Semantics:
             only_known_taint_effects=minor >= 35,
             sorted_order=minor >= 36,
             combinations=minor >= 36,
-            binding_conditions=minor >= 36,
+            binding_conditions=enabled[g.BINDING_CONDITIONS],
+            admin_access=enabled[g.ADMIN_ACCESS],
+            prioritized_list=enabled[g.PRIORITIZED_LIST],
+            device_taints=enabled[g.DEVICE_TAINTS],
+            partitionable_devices=enabled[g.PARTITIONABLE_DEVICES],
+            consumable_capacity=enabled[g.CONSUMABLE_CAPACITY],
+            filter_timeout=enabled[g.FILTER_TIMEOUT],
+            gates=tuple(enabled.items()),
         )
 
 

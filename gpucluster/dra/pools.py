@@ -349,6 +349,8 @@ def check_slice_for_version(s: Slice, semantics: Semantics) -> None:
                 f"(Kubernetes {semantics.version}; counter sets moved to their own slices in 1.35)"
             )
         return
+    if not semantics.partitionable_devices:
+        return  # the API server drops counters without DRAPartitionableDevices: nothing to validate
     for device in s.devices:
         for set_name, counters in device.consumes:
             if set_name not in s.shared_counters:
@@ -521,6 +523,15 @@ def _pool_135(
     counter_slices = [s for s in slices if s.shared_counters]
     pool = Pool(driver=pid[0], name=pid[1])
     reason = _duplicate_device(device_slices)
+    sets: CounterSets = {}
+    if not semantics.partitionable_devices:
+        # buildPool: without DRAPartitionableDevices counters are not validated (nor used).
+        if reason:
+            pool.invalid = reason
+            return pool
+        pool.slices = device_slices
+        pool.has_binding_conditions = any(s.has_binding_conditions for s in device_slices)
+        return pool
     if not reason:
         sets, reason = _counter_sets(counter_slices)
         if not reason:

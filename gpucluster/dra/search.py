@@ -47,6 +47,7 @@ from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInf
 from gpucluster.dra.pools import Device, Pool, Slice
 
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+_COUNTERS_GATED = "consumes counters, but DRAPartitionableDevices is off"
 
 DEFAULT_MAX_STEPS = 1_000_000
 """Search steps before a node is given up."""
@@ -370,6 +371,8 @@ class NodeSearch:
         return None
 
     def _taint_reason(self, req: _Req, d: Device) -> str:
+        if not self.sem.device_taints:
+            return ""  # DRADeviceTaints off: the allocator does not look at taints
         for taint in d.taints:
             if self.sem.only_known_taint_effects and taint.effect not in _KNOWN_TAINT_EFFECTS:
                 continue
@@ -449,6 +452,8 @@ class NodeSearch:
 
     def _counters_alone(self, entry: _Entry) -> str:
         assert entry.device is not None
+        if not self.sem.partitionable_devices:
+            return _COUNTERS_GATED
         have = self._available(entry)
         want: dict[tuple[str, str], Fraction] = {}
         for set_name, counters in entry.device.consumes:
@@ -514,7 +519,7 @@ class NodeSearch:
                     self._note_in_use(req, entry)
                 return False
         if d.consumes:
-            reason = self._take_counters(entry)
+            reason = self._take_counters(entry) if self.sem.partitionable_devices else _COUNTERS_GATED
             if reason:
                 if self.record:
                     self._note(req, entry, reason)
@@ -765,6 +770,19 @@ class NodeSearch:
             req.static = [self._static(req, e, all_mode) for e in self.entries]
             if not all_mode:
                 self._index_for_pruning(req)
+        for claim in self.ctx.claims:
+            for group in claim.requests:
+                if group.exactly is None and not self.sem.prioritized_list:
+                    raise FatalError(
+                        f"claim {claim.ref}, request {group.name}: has subrequests, but the DRAPrioritizedList "
+                        "feature is disabled"
+                    )
+                for spec in group.alternatives:
+                    if spec.admin_access_set and not self.sem.admin_access:
+                        raise FatalError(
+                            f"claim {claim.ref}, request {spec.name}: admin access is requested, but the feature "
+                            "is disabled"
+                        )
         for ci, claim in enumerate(self.ctx.claims):
             minimum = 0
             for alternatives in self.groups[ci]:

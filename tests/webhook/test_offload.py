@@ -37,8 +37,21 @@ def cluster(nodes: int) -> list[dict[str, Any]]:
     ]
 
 
-# Nine GPUs on 8-GPU nodes: today's search takes seconds over 16 nodes before it says no (issue 15).
-SLOW = claim(9)
+# A search that takes seconds before it says no: 17 devices with distinct "slot" values where only
+# 16 exist, on 16 nodes of 32 devices (distinctAttribute is not pruned; each node's search runs
+# into the allocator's step limit). Nine GPUs on 8-GPU nodes used to be this slow (issue 15).
+SLOW = claim(17)
+SLOW["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/slot"}]
+
+
+def slow_cluster() -> list[dict[str, Any]]:
+    big = [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"big-{n}"},
+         "spec": {"driver": "gpu.nvidia.com", "nodeName": f"big-{n}", "pool": {"name": f"big-{n}", "generation": 1, "resourceSliceCount": 1},
+                  "devices": [{"name": f"d{i}", "attributes": {"slot": {"string": f"s{i % 16}"}}} for i in range(32)]}}
+        for n in range(16)
+    ]  # fmt: skip
+    return [*cluster(16), *big]
 
 
 @pytest.fixture
@@ -59,7 +72,7 @@ def test_answers_come_from_the_worker(checker: AllocatorWorker) -> None:
 
 
 def test_past_the_deadline_the_check_is_cut_short_and_the_worker_replaced(checker: AllocatorWorker) -> None:
-    objects = cluster(16)
+    objects = slow_cluster()
     started = time.monotonic()
     result = checker.check([SLOW], objects, deadline=0.4)
     took = time.monotonic() - started
@@ -71,7 +84,7 @@ def test_past_the_deadline_the_check_is_cut_short_and_the_worker_replaced(checke
 
 def test_a_check_queued_behind_a_slow_one_is_cut_short_at_its_own_deadline(checker: AllocatorWorker) -> None:
     async def both() -> tuple[worker.Feasibility, worker.Feasibility, float]:
-        objects = cluster(16)
+        objects = slow_cluster()
         slow = asyncio.create_task(asyncio.to_thread(checker.check, [SLOW], objects, deadline=2))
         await asyncio.sleep(0)  # the slow one takes the only worker first
         started = time.monotonic()
@@ -88,7 +101,7 @@ async def test_a_slow_claim_review_does_not_delay_pod_reviews(tmp_path: Path) ->
     """One claim review runs into the deadline while 20 pod reviews are answered quickly."""
     worker.configure(deadline=3.0)
     try:
-        srv, task = await start(tmp_path, FAST, ClusterState.from_objects(cluster(16)))
+        srv, task = await start(tmp_path, FAST, ClusterState.from_objects(slow_cluster()))
         try:
             ctx = srv.client_context()
             body = json.dumps(review(SLOW, namespace="ml")).encode()
@@ -133,7 +146,7 @@ async def test_the_controller_explainer_uses_the_worker_and_its_deadline() -> No
     pending = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml", "uid": "u1"},
                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "train"}], "containers": [{"name": "c"}]},
                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}  # fmt: skip
-    state = ClusterState.from_objects([*cluster(16), SLOW, pending])
+    state = ClusterState.from_objects([*slow_cluster(), SLOW, pending])
     w = AllocatorWorker(deadline=0.5)
     try:
         loop_ticks = 0

@@ -1,0 +1,107 @@
+"""The DRA feature gates the allocator reads, their defaults per Kubernetes version, ``Name=bool,...``.
+
+Defaults and locks follow ``pkg/features/kube_features.go`` (the versioned feature specs):
+
+=========================== ====== ====== ======================
+gate                        1.34   1.35   1.36
+=========================== ====== ====== ======================
+DRAAdminAccess              on     on     on (GA, locked)
+DRAPrioritizedList          on     on     on (GA)
+DRADeviceTaints             off    off    on (beta)
+DRAPartitionableDevices     off    off    on (beta)
+DRAConsumableCapacity       off    off    on (beta)
+DRADeviceBindingConditions  off    off    on (beta)
+DRASchedulerFilterTimeout   on     on     on (beta)
+=========================== ====== ====== ======================
+
+What each changes in the allocator (k8s.io/dynamic-resource-allocation/structured): with
+DRAAdminAccess off a request asking for admin access is an error; with DRAPrioritizedList off a
+request with ``firstAvailable`` is an error; with DRADeviceTaints off taints are ignored; with
+DRAPartitionableDevices off slices with ``sharedCounters`` or ``perDeviceNodeSelection`` are
+ignored and devices consuming counters are never allocated; with DRADeviceBindingConditions off
+devices with ``bindingConditions`` are never allocated; DRAConsumableCapacity declares
+``device.allowMultipleAllocations`` in CEL; DRASchedulerFilterTimeout gives every node's search
+its deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
+
+ADMIN_ACCESS = "DRAAdminAccess"
+PRIORITIZED_LIST = "DRAPrioritizedList"
+DEVICE_TAINTS = "DRADeviceTaints"
+PARTITIONABLE_DEVICES = "DRAPartitionableDevices"
+CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
+BINDING_CONDITIONS = "DRADeviceBindingConditions"
+FILTER_TIMEOUT = "DRASchedulerFilterTimeout"
+
+GATES = (
+    ADMIN_ACCESS,
+    PRIORITIZED_LIST,
+    DEVICE_TAINTS,
+    PARTITIONABLE_DEVICES,
+    CONSUMABLE_CAPACITY,
+    BINDING_CONDITIONS,
+    FILTER_TIMEOUT,
+)
+
+# Gates that turned on by default in 1.36.
+_ON_FROM_1_36 = (DEVICE_TAINTS, PARTITIONABLE_DEVICES, CONSUMABLE_CAPACITY, BINDING_CONDITIONS)
+# (gate, version) -> the only value it may have (LockToDefault).
+_LOCKED = {(ADMIN_ACCESS, "1.36"): True}
+
+
+def defaults(version: str) -> dict[str, bool]:
+    """Kubernetes' default for every gate of :data:`GATES` at ``version``."""
+    if version not in SUPPORTED_VERSIONS:
+        raise AllocatorInputError(
+            f"kubernetes version {version!r} is not supported (one of {', '.join(SUPPORTED_VERSIONS)})"
+        )
+    minor = int(version.split(".")[1])
+    return {gate: gate not in _ON_FROM_1_36 or minor >= 36 for gate in GATES}
+
+
+def resolve(version: str, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
+    """The gates in effect: ``version``'s defaults with ``overrides``; unknown or locked gates are errors."""
+    gates = defaults(version)
+    for name, value in (overrides or {}).items():
+        if name not in gates:
+            raise AllocatorInputError(f"unrecognized feature gate: {name} (known: {', '.join(GATES)})")
+        if not isinstance(value, bool):
+            raise AllocatorInputError(f"feature gate {name}: value must be true or false, not {value!r}")
+        locked = _LOCKED.get((name, version))
+        if locked is not None and value != locked:
+            raise AllocatorInputError(
+                f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to "
+                f"{str(locked).lower()} in Kubernetes {version}"
+            )
+        gates[name] = value
+    return gates
+
+
+def parse(text: str) -> dict[str, bool]:
+    """``Name=bool,Name=bool`` as kube-scheduler's ``--feature-gates`` reads it (bool: strconv.ParseBool)."""
+    gates: dict[str, bool] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, raw = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise AllocatorInputError(f"missing bool value for {name or part}")
+        value = _BOOLS.get(raw.strip())
+        if value is None:
+            raise AllocatorInputError(f"invalid value of {name}={raw.strip()}, err: invalid syntax")
+        gates[name] = value
+    return gates
+
+
+# strconv.ParseBool
+_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
