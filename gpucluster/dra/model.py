@@ -272,7 +272,8 @@ def _parse_node(obj: Mapping[str, Any], index: int) -> NodeInfo:
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise AllocatorInputError(f"Node #{index}: metadata.name: required")
     labels = meta.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+    # One type check over all keys and values (a generator per label is a tenth of a first explanation).
+    if not isinstance(labels, Mapping) or {type(x) for x in (*labels, *labels.values())} - {str}:
         raise AllocatorInputError(f"Node {meta['name']}: metadata.labels: must map strings to strings")
     return NodeInfo(name=meta["name"], labels=dict(labels))
 

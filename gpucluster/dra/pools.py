@@ -56,6 +56,8 @@ class Device:
     node_selector: NodeSelector | None = None
     ident: str = ""  # "driver/pool/device", as explanations name it
     plain: bool = True  # no taints, consumes no counters
+    # attribute name -> comparable value, filled by the allocator's constraints (see search.value_of)
+    values: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.ident = "/".join(self.key)

@@ -153,6 +153,20 @@ def lookup_attribute(device: Device, name: str) -> Any:
     return _MISSING
 
 
+def value_of(device: Device, name: str) -> Any:
+    """The comparable value of attribute ``name`` (None: unknown type; _MISSING: not set), cached
+    on the device: constraints ask for the same few attributes of every device again and again."""
+    cache = device.values
+    if cache is None:
+        cache = device.values = {}
+    elif name in cache:
+        return cache[name]
+    raw = lookup_attribute(device, name)
+    value = _MISSING if raw is _MISSING else _attribute_value(raw)
+    cache[name] = value
+    return value
+
+
 def _show(value: tuple[str, Any] | None) -> str:
     return "?" if value is None else repr(value[1]) if value[0] == "string" else str(value[1])
 
@@ -182,10 +196,9 @@ class _MatchAttribute(_Constraint):
         self.value: tuple[str, Any] | None = None
 
     def add(self, device: Device) -> str:
-        raw = lookup_attribute(device, self.spec.attribute)
-        if raw is _MISSING:
+        value = value_of(device, self.spec.attribute)
+        if value is _MISSING:
             return f"{self.label} (attribute not set)"
-        value = _attribute_value(raw)
         if self.count == 0:
             self.value = value
         elif value is None or value != self.value:
@@ -207,10 +220,9 @@ class _DistinctAttribute(_Constraint):
         self.values: dict[tuple[str, Any], int] = {}
 
     def add(self, device: Device) -> str:
-        raw = lookup_attribute(device, self.spec.attribute)
-        if raw is _MISSING:
+        value = value_of(device, self.spec.attribute)
+        if value is _MISSING:
             return f"{self.label} (attribute not set)"
-        value = _attribute_value(raw)
         if value is None:
             return f"{self.label} (unknown attribute type)"
         if self.values.get(value):
@@ -219,8 +231,8 @@ class _DistinctAttribute(_Constraint):
         return ""
 
     def remove(self, device: Device) -> None:
-        value = _attribute_value(lookup_attribute(device, self.spec.attribute))
-        if value is not None:
+        value = value_of(device, self.spec.attribute)
+        if value is not None and value is not _MISSING:
             self.values[value] -= 1
 
 
@@ -382,10 +394,10 @@ class NodeSearch:
 
     def _constraint_reason(self, req: _Req, d: Device) -> str:
         for c in req.constraints:
-            raw = lookup_attribute(d, c.spec.attribute)
-            if raw is _MISSING:
+            value = value_of(d, c.spec.attribute)
+            if value is _MISSING:
                 return f"{c.label} (attribute not set)"
-            if isinstance(c, _DistinctAttribute) and _attribute_value(raw) is None:
+            if isinstance(c, _DistinctAttribute) and value is None:
                 return f"{c.label} (unknown attribute type)"
         return ""
 
@@ -633,15 +645,22 @@ class NodeSearch:
         # matchAttribute values fixed by devices already chosen, and constraints this device fixes.
         fixed: list[list[int]] = []
         unfixed: list[int] = []
-        for k, positions in req.by_value.items():
-            c = req.constraints[k]
-            assert isinstance(c, _MatchAttribute)
-            if c.count:
-                fixed.append(positions.get(c.value, []) if c.value is not None else [])
-            else:
-                unfixed.append(k)
+        if req.by_value:
+            for k, positions in req.by_value.items():
+                c = req.constraints[k]
+                assert isinstance(c, _MatchAttribute)
+                if c.count:
+                    fixed.append(positions.get(c.value, []) if c.value is not None else [])
+                else:
+                    unfixed.append(k)
         for index in range(start, len(entries)):
-            if usable[index] < need or any(len(p) - bisect_left(p, index) < need for p in fixed):
+            short = usable[index] < need
+            if fixed and not short:
+                for p in fixed:
+                    if len(p) - bisect_left(p, index) < need:
+                        short = True
+                        break
+            if short:
                 self._pruned(ci, req, index)
                 if self.record and fixed:
                     self._note_mismatches(req, index)
@@ -663,10 +682,10 @@ class NodeSearch:
                     raise FatalError(result.message)
                 continue
             if unfixed and need > 1:
-                short = self._too_few_share(req, index, need, unfixed)
-                if short:
+                why = self._too_few_share(req, index, need, unfixed)
+                if why:
                     if self.record:
-                        self._note(req, entry, short)
+                        self._note(req, entry, why)
                     self._pruned(ci, req, index + 1)
                     continue
             if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
@@ -729,12 +748,13 @@ class NodeSearch:
                 entry = self.entries[i]
                 if req.static[i] is not None or entry.device is None:
                     continue
-                value = _attribute_value(lookup_attribute(entry.device, c.spec.attribute))
-                if value is None or value != c.value:
+                value = value_of(entry.device, c.spec.attribute)
+                if value is None or value is _MISSING or value != c.value:
                     self._note(
                         req,
                         entry,
-                        f"{c.label} ({_show(value)} differs from {_show(c.value)} of the devices already chosen)",
+                        f"{c.label} ({_show(None if value is _MISSING else value)} differs from "
+                        f"{_show(c.value)} of the devices already chosen)",
                     )
 
     def _index_for_pruning(self, req: _Req) -> None:
@@ -753,9 +773,9 @@ class NodeSearch:
             for i, r in enumerate(statics):
                 d = entries[i].device
                 if r is None and d is not None:
-                    value = _attribute_value(lookup_attribute(d, c.spec.attribute))
-                    values[i] = value
-                    if value is not None:
+                    value = value_of(d, c.spec.attribute)
+                    if value is not None and value is not _MISSING:
+                        values[i] = value
                         positions.setdefault(value, []).append(i)
             req.by_value[k] = positions
             req.value_at[k] = values

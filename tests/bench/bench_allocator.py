@@ -4,7 +4,8 @@ Claims: ExactCount 1-16 (1-8 fit, 9-16 cannot), with no constraint, with ``match
 ``productName`` (all GPUs share it: 1-8 fit) and on ``pcieRoot`` (every GPU has its own: only 1
 fits); ``allocationMode: All`` with and without ``matchAttribute``; and claims no device matches.
 Every claim is decided on a freshly loaded cluster, so each time is a first run: slice parsing
-and CEL views included. The worst node is the slowest single node of any of those runs. Last,
+and CEL views included (the faster of two such runs, against preemption on a shared machine).
+The worst node is the slowest single node of any of those runs. Last,
 the 9-of-8 claim over 16 nodes that took 20 s before the search was pruned.
 """
 
@@ -87,6 +88,18 @@ def _timed(claims: list[dict[str, Any]], cluster: list[dict[str, Any]]) -> tuple
     return elapsed, result
 
 
+def _first_run(claim: dict[str, Any], text: str, fits: bool, family: str) -> tuple[float, float]:
+    """(time of the whole explanation, time of its slowest node) on a freshly loaded cluster."""
+    # Nothing parsed before, and the last cluster freed outside the timing.
+    forget_parsed()
+    forget_parsed_nodes()
+    cluster = json.loads(text)
+    elapsed, result = _timed([claim], cluster)
+    assert result.satisfiable == fits, (family, result.one_line())
+    assert not result.gave_up, (family, result.gave_up)
+    return elapsed, max(n.elapsed_ms for n in result.nodes)
+
+
 def run() -> list[dict[str, Any]]:
     # One JSON text, loaded afresh for every claim: new objects, so nothing parsed is reused.
     text = json.dumps(
@@ -101,19 +114,13 @@ def run() -> list[dict[str, Any]]:
     misses_ms: list[float] = []
     worst_node = (0.0, "")
     for family, fits, claim in _scenarios():
-        # A first run: nothing parsed before, and the last cluster freed outside the timing.
-        forget_parsed()
-        forget_parsed_nodes()
-        cluster = json.loads(text)
-        elapsed, result = _timed([claim], cluster)
-        assert result.satisfiable == fits, (family, result.one_line())
-        assert not result.gave_up, (family, result.gave_up)
+        # Two first runs, the faster counts: the machine is shared, and a run preempted by
+        # another process says nothing about the allocator.
+        elapsed, node_ms = min(_first_run(claim, text, fits, family) for _ in range(2))
         families.setdefault(family, []).append(elapsed)
         (fits_ms if fits else misses_ms).append(elapsed)
-        slowest = max(result.nodes, key=lambda n: n.elapsed_ms)
-        if slowest.elapsed_ms > worst_node[0]:
-            worst_node = (slowest.elapsed_ms, family)
-        del cluster, result
+        if node_ms > worst_node[0]:
+            worst_node = (node_ms, family)
 
     label = f"1 claim, {NODES} nodes x {GPUS} GPUs, first run"
     rows: list[dict[str, Any]] = []
