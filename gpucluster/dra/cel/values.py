@@ -238,6 +238,8 @@ def equals(a: Any, b: Any) -> bool:
     if ta is bool or tb is bool:
         return False
     if ta in _NUMERIC and tb in _NUMERIC:
+        if ta is float or tb is float:
+            return _numeric_compare(a, b) == 0  # NaN equals nothing
         return bool(a == b)
     if isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
@@ -284,8 +286,50 @@ def compare(a: Any, b: Any, function: str = "") -> int:
     if ta in _NUMERIC and tb in _NUMERIC:
         if (ta is float and math.isnan(a)) or (tb is float and math.isnan(b)):
             raise CelRuntimeError("NaN values cannot be ordered")
+        if ta is float or tb is float:
+            return _numeric_compare(a, b)
         return -1 if a < b else (1 if a > b else 0)
     no_such_overload(function)
+
+
+# float(math.MaxInt64), float(math.MinInt64), float(math.MaxUint64) as cel-go's range checks have them.
+_INT_MAX_AS_DOUBLE: Final = 9223372036854775808.0
+_INT_MIN_AS_DOUBLE: Final = -9223372036854775808.0
+_UINT_MAX_AS_DOUBLE: Final = 18446744073709551616.0
+
+
+def _numeric_compare(a: Any, b: Any) -> int:
+    """int/uint against double as cel-go does it (``compareIntDouble``, ``compareUintDouble``):
+    a double outside the integer's range decides; otherwise the integer is converted to a double
+    first, so ``9223372036854775807 >= 9223372036854775808.0`` holds. A NaN compares as unequal
+    (1), as cel-go's ``compareDouble`` has it."""
+    if type(a) is float:
+        if type(b) is float:
+            return _double_compare(a, b)
+        return -_integer_double_compare(b, a)
+    return _integer_double_compare(a, b)
+
+
+def _integer_double_compare(i: int, d: float) -> int:
+    if type(i) is Uint:
+        if d < 0:
+            return 1
+        if d > _UINT_MAX_AS_DOUBLE:
+            return -1
+    else:
+        if d < _INT_MIN_AS_DOUBLE:
+            return 1
+        if d > _INT_MAX_AS_DOUBLE:
+            return -1
+    return _double_compare(float(i), d)
+
+
+def _double_compare(x: float, y: float) -> int:
+    if x < y:
+        return -1
+    if x > y:
+        return 1
+    return 0 if x == y else 1  # NaN
 
 
 def lt(a: Any, b: Any) -> bool:
