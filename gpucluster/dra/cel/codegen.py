@@ -207,7 +207,7 @@ class Generator:
         if found is not None:
             kind, domain = found
             self.reads.add((kind, domain))
-            return f"d.{kind}.get({domain!r}, _EMPTY)"
+            return f"d.{'attr' if kind == 'attributes' else 'cap'}_domain({domain!r})"
         x = self.expr(operand, env)
         k = self.expr(node.index, env)
         op_type = operand.type

@@ -39,6 +39,118 @@ class DomainMap(dict[str, dict[str, Any]]):
 EMPTY_MAP: Final[dict[str, Any]] = {}
 
 
+class LazyDomain(dict[str, Any]):
+    """One domain of ``device.attributes`` / ``device.capacity``, read from the slice on demand.
+
+    ``get`` and ``[]`` look the name up in the device's raw map and convert that one value, so
+    ``cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName == ...)`` converts one
+    attribute, not every attribute of the device. Any other operation (``in``, ``size()``,
+    iteration, items, equality, printing) first fills the map with every name of the domain;
+    converted values replace raw ones (raw values are dicts, converted ones never are).
+    """
+
+    __slots__ = ("_convert", "_domain", "_driver", "_filled", "_raw")
+
+    def __init__(self, convert: Any, domain: str, driver: str, raw: Mapping[str, Any]) -> None:
+        # No dict.__init__: the map starts empty.
+        self._convert = convert
+        self._domain = domain
+        self._driver = driver
+        self._raw = raw
+        self._filled = False
+
+    def _qualified(self, key: str) -> str:
+        return key if self._domain == self._driver else f"{self._domain}/{key}"
+
+    def _fill(self) -> None:
+        if self._filled:
+            return
+        self._filled = True
+        domain, driver = self._domain, self._driver
+        for qualified, value in self._raw.items():
+            d, ident = _split(qualified, driver)
+            if d != domain or dict.__contains__(self, ident):
+                continue
+            dict.__setitem__(self, ident, value if type(value) is dict else self._convert(qualified, value))
+        for key, value in list(dict.items(self)):
+            if type(value) is dict:
+                dict.__setitem__(self, key, self._convert(self._qualified(key), value))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = dict.get(self, key, _ABSENT)
+        if value is _ABSENT:
+            if self._filled or type(key) is not str:
+                return default
+            raw = self._raw
+            value = raw.get(key) if self._domain == self._driver else None
+            if value is None:
+                value = raw.get(self._domain + "/" + key)
+                if value is None:
+                    return default
+        elif type(value) is not dict:
+            return value
+        if self._convert is convert_attribute and value.__class__ is dict:
+            text = value.get("string")  # the common case, as convert_attribute has it
+            if text.__class__ is str and len(value) == 1:
+                dict.__setitem__(self, key, text)
+                return text
+        value = self._convert(self._qualified(key), value)
+        dict.__setitem__(self, key, value)
+        return value
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.get(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return dict.__contains__(self, key)
+
+    def __len__(self) -> int:
+        self._fill()
+        return dict.__len__(self)
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return dict.__iter__(self)
+
+    def keys(self) -> Any:
+        self._fill()
+        return dict.keys(self)
+
+    def items(self) -> Any:
+        self._fill()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._fill()
+        return dict.values(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._fill()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self._fill()
+        if isinstance(other, LazyDomain):
+            other._fill()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        self._fill()
+        return dict.__repr__(self)
+
+
+_ABSENT: Final = object()
+
+
 def _split(name: str, driver: str) -> tuple[str, str]:
     sep = name.find("/")
     if sep < 0:
@@ -95,7 +207,7 @@ def convert_capacity(name: str, cap: Any) -> Quantity:
 class DeviceView:
     """The CEL value of ``device`` for one device (see the module docstring)."""
 
-    __slots__ = ("_attrs", "_caps", "_device", "_multi", "_raw_attrs", "_raw_caps", "driver")
+    __slots__ = ("_attrs", "_caps", "_device", "_doms", "_multi", "_raw_attrs", "_raw_caps", "driver")
 
     cel_type_name: Final = "kubernetes.DRADevice"
 
@@ -107,6 +219,7 @@ class DeviceView:
         self._multi = allow_multiple_allocations
         self._attrs: DomainMap | None = None
         self._caps: DomainMap | None = None
+        self._doms: dict[str, LazyDomain] | None = None
 
     @property
     def name(self) -> str:
@@ -127,22 +240,45 @@ class DeviceView:
     def attributes(self) -> DomainMap:
         m = self._attrs
         if m is None:
-            m = DomainMap()
-            for qualified, attr in self._raw_attrs.items():
-                domain, ident = _split(qualified, self.driver)
-                m.setdefault(domain, {})[ident] = convert_attribute(qualified, attr)
-            self._attrs = m
+            m = self._attrs = self._domains(self._raw_attrs, convert_attribute)
         return m
 
     @property
     def capacity(self) -> DomainMap:
         m = self._caps
         if m is None:
-            m = DomainMap()
-            for qualified, cap in self._raw_caps.items():
-                domain, ident = _split(qualified, self.driver)
-                m.setdefault(domain, {})[ident] = convert_capacity(qualified, cap)
-            self._caps = m
+            m = self._caps = self._domains(self._raw_caps, convert_capacity)
+        return m
+
+    def _domains(self, raw: Mapping[str, Any], convert: Any) -> DomainMap:
+        """The domains present, each a :class:`LazyDomain` (values converted when read)."""
+        m = DomainMap()
+        driver = self.driver
+        for qualified in raw:
+            domain = _split(qualified, driver)[0]
+            if domain not in m:
+                m[domain] = LazyDomain(convert, domain, driver, raw)
+        return m
+
+    def attr_domain(self, domain: str) -> dict[str, Any]:
+        """``device.attributes[domain]`` for a constant domain, without looking at other domains."""
+        cache = self._doms
+        if cache is None:
+            cache = self._doms = {}
+        m = cache.get(domain)
+        if m is None:
+            m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs)
+        return m
+
+    def cap_domain(self, domain: str) -> dict[str, Any]:
+        """``device.capacity[domain]`` for a constant domain."""
+        cache = self._doms
+        if cache is None:
+            cache = self._doms = {}
+        key = "\x00" + domain  # capacity domains next to attribute domains in one cache
+        m = cache.get(key)
+        if m is None:
+            m = cache[key] = LazyDomain(convert_capacity, domain, self.driver, self._raw_caps)
         return m
 
     # -- single values (what compiled selectors use for constant domain and name) ----------
