@@ -11,6 +11,7 @@ the namespace "". The store knows nothing about kinds or validation; ``sandbox.a
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ class _Resource:
     window_start: int = 0
     watchers: set[Watcher] = field(default_factory=set)
     count: int = 0
+    # Every (namespace, name) in sorted order, kept on create and delete, so a list (and each page of
+    # a paged list) starts by bisection instead of sorting and skipping: linear over all the pages.
+    keys: list[ObjectKey] = field(default_factory=list)
+    # Bumped when ``keys`` changes shape, so an iterator that yielded to its caller re-finds its place.
+    key_changes: int = 0
 
 
 class Watcher:
@@ -161,6 +167,8 @@ class Store:
         self._subscribers: list[Subscriber] = []
         self._by_uid: dict[str, tuple[ResourceKey, str, str]] = {}
         self._dependents: dict[str, set[tuple[ResourceKey, str, str]]] = {}
+        # Keys examined by iter(), for tests that prove a paged list does linear work.
+        self.keys_visited = 0
 
     # ------------------------------------------------------------ reads
 
@@ -179,21 +187,32 @@ class Store:
     def iter(
         self, resource: ResourceKey, namespace: str | None = None, *, after: ObjectKey | None = None
     ) -> Iterator[Obj]:
-        """Objects in (namespace, name) order, optionally in one namespace, optionally after a key."""
+        """Objects in (namespace, name) order, optionally in one namespace, optionally after a key.
+
+        Safe against creates and deletes between two items (the caller may write while iterating):
+        the position is found again from the last key yielded."""
         res = self._resources.get(resource)
         if res is None:
             return
-        namespaces = [namespace] if namespace is not None else sorted(res.objects)
-        for ns in namespaces:
-            if after is not None and ns < after[0]:
-                continue
-            names = res.objects.get(ns)
-            if not names:
-                continue
-            for name in sorted(names):
-                if after is not None and (ns, name) <= after:
-                    continue
-                yield names[name]
+        keys = res.keys
+        start: ObjectKey = (namespace, "") if namespace is not None else ("", "")
+        if after is not None and after > start:
+            last, i = after, bisect_right(keys, after)
+        else:
+            last, i = start, bisect_left(keys, start)
+        seen = res.key_changes
+        while True:
+            if res.key_changes != seen:
+                seen, i = res.key_changes, bisect_right(keys, last)
+            if i >= len(keys):
+                return
+            key = keys[i]
+            self.keys_visited += 1
+            if namespace is not None and key[0] != namespace:
+                return
+            i += 1
+            last = key
+            yield res.objects[key[0]][key[1]]
 
     def count(self, resource: ResourceKey) -> int:
         res = self._resources.get(resource)
@@ -231,6 +250,8 @@ class Store:
         md["resourceVersion"] = str(self.rv)
         names[name] = obj
         res.count += 1
+        insort(res.keys, (ns, name))
+        res.key_changes += 1
         self._index(resource, ns, name, None, obj)
         self._emit(res, Event(ADDED, self.rv, resource, obj, None))
         return obj
@@ -265,6 +286,8 @@ class Store:
         if not res.objects[namespace]:
             del res.objects[namespace]
         res.count -= 1
+        del res.keys[bisect_left(res.keys, (namespace, name))]
+        res.key_changes += 1
         final = _with_rv(old, self.rv)
         self._index(resource, namespace, name, old, None)
         self._emit(res, Event(DELETED, self.rv, resource, final, old))
