@@ -74,6 +74,11 @@ OWNED: tuple[tuple[str, str], ...] = (
 )
 OWNED_KINDS = {kind for _, kind in OWNED}
 
+# Normal events on the GPUCluster for what a pass did to its operands (aggregated by the recorder).
+OPERAND_CREATED = "OperandCreated"
+OPERAND_UPDATED = "OperandUpdated"
+OPERAND_PRUNED = "OperandPruned"
+
 
 def owned_resources(namespace: str) -> list[Resource]:
     """Reflector resources for the kinds we own, narrowed by our label.
@@ -135,6 +140,12 @@ def _strip_times(status: Mapping[str, Any] | None) -> Any:
     return out
 
 
+def _without_inventory(status: Any) -> Any:
+    if not isinstance(status, dict):
+        return status
+    return {k: v for k, v in status.items() if k != "inventory"}
+
+
 @dataclass
 class Prerequisites:
     """What the cluster serves, looked up at most once a minute."""
@@ -161,6 +172,16 @@ class Reconciler:
     _applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
     _conflicts: set[str] = field(default_factory=set)
     _recorder: EventRecorder | None = None
+    # A status that differs only in its inventory is written at most every ``inventory_interval``
+    # seconds (200 nodes leaving is a handful of status writes, not 200); a change of state or
+    # conditions is written at once. ``_status_due``: when a held-back inventory must be written.
+    inventory_interval: float = 5.0
+    clock: Callable[[], float] = time.monotonic
+    status_writes: int = 0
+    _status_written: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    _status_due: float | None = None
+    # What this pass did to operands: (reason, message), recorded as Normal events on the GPUCluster.
+    _changes: list[tuple[str, str]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ writes
 
@@ -198,15 +219,18 @@ class Reconciler:
         live = self.state.get(key[0], key[2], key[1])
         if live is None:
             live = await self._lookup(desired)
+        change = (OPERAND_CREATED, f"created {describe(obj)}")
         if live is not None:
             if not is_ours(live):
                 raise OperandConflict(live)
+            change = (OPERAND_UPDATED, f"updated {describe(obj)} to the desired spec")
             if (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
                 applied = self._applied.get(key)
                 if applied == content_hash(project(desired, live)) or (applied is None and matches(desired, live)):
                     return False
                 self.drifts += 1
                 log.info("drift: %s %s/%s was changed by someone else; re-applying", *key)
+                change = (OPERAND_UPDATED, f"reverted a change to {describe(obj)} made by someone else")
         result = await self._write(
             "PATCH",
             object_path(desired),
@@ -217,6 +241,7 @@ class Reconciler:
         result.setdefault("kind", obj["kind"])
         self._applied[key] = content_hash(project(desired, result))
         self.state.upsert(str(obj["kind"]), result)
+        self._changes.append(change)
         return True
 
     async def delete(self, obj: Mapping[str, Any], propagation: str = "Background") -> None:
@@ -274,6 +299,19 @@ class Reconciler:
         new = desired_status(current, namespace=self.namespace, generation=generation, now=self.now(), **kwargs)
         if _strip_times(current) == _strip_times(new):
             return
+        name = str(meta.get("name"))
+        now = self.clock()
+        written_at, written = self._status_written.get(name, (None, None))
+        if (
+            written_at is not None
+            and now - written_at < self.inventory_interval
+            and _without_inventory(written) == _without_inventory(_strip_times(new))
+            and _without_inventory(_strip_times(current)) == _without_inventory(written)
+        ):
+            # Only the inventory moved since our last write: hold it back, write it when due.
+            due = written_at + self.inventory_interval
+            self._status_due = due if self._status_due is None else min(self._status_due, due)
+            return
         reason = kwargs.get("reason", "")
         result = await self._write(
             "PATCH",
@@ -283,6 +321,10 @@ class Reconciler:
         )
         result.setdefault("kind", "GPUCluster")
         self.state.upsert("GPUCluster", result)
+        self.status_writes += 1
+        self._status_written[name] = (now, _strip_times(new))
+        if name == SINGLETON_NAME:
+            self._status_due = None
         changed = self.last_reasons.get(str(meta.get("name"))) != reason
         if changed and kwargs.get("state") == "notReady" and reason not in (OPERANDS_NOT_READY, OPERAND_CONFLICT):
             await self.event(cluster, "Warning", reason, kwargs.get("message", ""))
@@ -306,7 +348,27 @@ class Reconciler:
     # ------------------------------------------------------------------ reconcile
 
     async def reconcile(self) -> float:
-        """One pass; returns seconds until the next pass (5 while not ready, 60 when ready)."""
+        """One pass; returns seconds until the next pass (5 while not ready, 60 when ready, sooner when
+        an inventory update is held back)."""
+        self._changes = []
+        self._status_due = None  # set again by set_status while an inventory update is still held back
+        try:
+            requeue = await self._reconcile()
+        finally:
+            await self._record_changes()
+        if self._status_due is not None:
+            requeue = max(0.0, min(requeue, self._status_due - self.clock()))
+        return requeue
+
+    async def _record_changes(self) -> None:
+        changes, self._changes = self._changes, []
+        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+        if cluster is None:
+            return
+        for reason, message in changes:
+            await self.event(cluster, "Normal", reason, message)
+
+    async def _reconcile(self) -> float:
         for other in self.state.list("GPUCluster"):
             if metadata(other).get("name") != SINGLETON_NAME and not metadata(other).get("deletionTimestamp"):
                 await self.set_status(
@@ -457,6 +519,7 @@ class Reconciler:
                     continue
                 log.info("deleting %s %s/%s: its operand is disabled", kind, key[1], key[2])
                 await self.delete(obj)
+                self._changes.append((OPERAND_PRUNED, f"deleted {describe(obj)}: its operand is disabled"))
 
     async def label_nodes(self) -> int:
         """Label GPU nodes; returns how many nodes were patched."""

@@ -1,0 +1,128 @@
+"""Status and events that tell the truth: Normal events for what happened to operands, no status
+write when nothing changed, inventory-only changes coalesced."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from controller.reconcile import Reconciler
+from gpucluster.clusterstate import ClusterState
+from tests.controller import test_reconcile_e2e as base
+from tests.controller.test_day2 import DS_PATH, PLUGIN, wait_ready
+from tests.controller.test_reconcile_e2e import GC_PATH, GPUCLUSTER, Env
+
+env = base.env  # the sandbox + controller fixture
+
+MERGE = "application/merge-patch+json"
+
+
+class FakeKube:
+    """Records writes; a status PATCH answers with the object as the API server would store it."""
+
+    def __init__(self, cluster: dict[str, Any]) -> None:
+        self.cluster = cluster
+        self.writes: list[tuple[str, str]] = []
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.writes.append((method, path))
+        if path.endswith("/status"):
+            self.cluster = {**copy.deepcopy(self.cluster), "status": kwargs["body"]["status"]}
+            return copy.deepcopy(self.cluster)
+        return {"metadata": {"name": "event-1"}}
+
+
+def stock(nodes: int) -> dict[str, Any]:
+    return {"nodes": nodes, "gpus": 8 * nodes, "migDevices": 0, "allocated": 0, "products": []}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_inventory_changes_are_coalesced_but_state_changes_are_written_at_once() -> None:
+    cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+               "metadata": {"name": "gpu-cluster", "generation": 1, "uid": "u"}}  # fmt: skip
+    kube = FakeKube(cluster)
+    state = ClusterState()
+    state.upsert("GPUCluster", cluster)
+    clock = Clock()
+    rec = Reconciler(kube, state, clock=clock, inventory_interval=5.0, now=lambda: "2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+
+    async def report(state_: str, nodes: int) -> None:
+        current = rec.state.get("GPUCluster", "gpu-cluster")
+        assert current is not None
+        reason = "Reconciled" if state_ == "ready" else "OperandsNotReady"
+        await rec.set_status(current, state=state_, reason=reason, message=state_, inventory=stock(nodes))
+
+    await report("ready", 1000)
+    assert rec.status_writes == 1
+    await report("ready", 1000)  # nothing changed: no write
+    assert rec.status_writes == 1
+    # 200 nodes leave one by one within a second: held back, due 5 s after the last write.
+    for left in range(1, 201):
+        clock.now += 0.005
+        await report("ready", 1000 - left)
+    assert rec.status_writes == 1
+    assert rec._status_due == 1005.0
+    # A change of state is written at once, with the latest inventory.
+    await report("notReady", 800)
+    assert rec.status_writes == 2
+    assert kube.cluster["status"]["inventory"]["nodes"] == 800
+    assert rec._status_due is None
+    # Once the interval has passed, the held-back inventory is written.
+    await report("notReady", 799)
+    assert rec.status_writes == 2
+    clock.now += 5.0
+    await report("notReady", 799)
+    assert rec.status_writes == 3 and kube.cluster["status"]["inventory"]["nodes"] == 799
+
+
+async def _events(env: Env) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await env.kube.get("/api/v1/namespaces/default/events"))["items"]
+    return [e for e in items if e["involvedObject"].get("kind") == "GPUCluster"]
+
+
+async def test_normal_events_for_operands_created_updated_and_pruned(env: Env) -> None:
+    controller = await env.start_controller()
+    await env.kube.request("POST", GC_PATH, body=GPUCLUSTER)
+    await wait_ready(env)
+
+    async def reasons(reason: str, text: str) -> Any:
+        found = [e for e in await _events(env) if e["reason"] == reason and text in e["message"]]
+        return found if found and all(e["type"] == "Normal" for e in found) else None
+
+    created = await env.wait(lambda: reasons("OperandCreated", f"DaemonSet gpu-operator/{PLUGIN}"))
+    assert created[0]["message"] == f"created DaemonSet gpu-operator/{PLUGIN}"
+    assert await reasons("OperandCreated", "DeviceClass gpu.nvidia.com")
+
+    # A hand edit reverted is an update.
+    plugin = await env.kube.get(f"{DS_PATH}/{PLUGIN}")
+    patched = plugin["spec"]["template"]["spec"]["containers"][0] | {"image": "example.com/evil:1"}
+    await env.kube.request("PATCH", f"{DS_PATH}/{PLUGIN}", content_type="application/strategic-merge-patch+json",
+                           body={"spec": {"template": {"spec": {"containers": [patched]}}}})  # fmt: skip
+    await env.wait(lambda: reasons("OperandUpdated", f"DaemonSet gpu-operator/{PLUGIN}"), timeout=10)
+
+    # Turning compute domains off prunes their Deployment.
+    await env.kube.request("PATCH", f"{GC_PATH}/gpu-cluster", body={"spec": {"draDriver": {"computeDomains": {"enabled": False}}}},
+                           content_type=MERGE)  # fmt: skip
+    pruned = await env.wait(lambda: reasons("OperandPruned", "Deployment gpu-operator/nvidia-dra-driver-controller"))
+    assert "its operand is disabled" in pruned[0]["message"]
+
+    # Steady state: no status writes, no events.
+    await wait_ready(env)
+    writes, passes = controller.reconciler.status_writes, controller.passes
+    total = controller.reconciler.writes
+    for _ in range(3):
+        controller.dirty.set()
+        await env.wait(lambda p=passes: _true(controller.passes > p))
+        passes = controller.passes
+    assert controller.reconciler.status_writes == writes and controller.reconciler.writes == total
+
+
+async def _true(value: bool) -> bool:
+    return value
