@@ -1,13 +1,17 @@
-"""``gpucluster explain --claim FILE --cluster FILE``: can these claims be allocated, where, and why not.
+"""``gpucluster explain``: can these claims be allocated, where, and why not.
 
-Runs the structured allocator of kube-scheduler (:mod:`gpucluster.dra.allocator`) over every node of
-the cluster file. Exit 0 when the claims fit on some node, 1 when they do not, 2 on bad input.
+``explain --claim FILE --cluster FILE`` reads files; ``explain pod/NAME``, ``explain claim/NAME``
+and ``explain -f FILE`` (no ``--cluster``) read the configured cluster through the API
+(:mod:`gpucluster.commands.explain_live`, imported only then). Either way the structured allocator
+of kube-scheduler (:mod:`gpucluster.dra.allocator`) runs over every node. Exit 0 when the claims
+fit on some node, 1 when they do not, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from gpucluster.commands import Subparsers
@@ -28,27 +32,35 @@ def register(subparsers: Subparsers) -> None:
             "Allocate the claims of --claim together on each node of --cluster (ResourceSlices, "
             "DeviceClasses, Nodes and allocated ResourceClaims) the way kube-scheduler's structured "
             "allocator does, and explain for every request which devices were considered and why each "
-            "rejected device could not be used. Exit 0 satisfiable, 1 not satisfiable, 2 bad input."
+            "rejected device could not be used. Without --cluster, read the configured cluster "
+            "(--kubeconfig, else in-cluster, else $KUBECONFIG or ~/.kube/config): pod/NAME explains the "
+            "pod's claims on the nodes its nodeSelector and affinity allow, claim/NAME one claim, -f FILE "
+            "the claims of a file. Exit 0 satisfiable, 1 not satisfiable, 2 bad input."
         ),
     )
     parser.add_argument(
+        "target", nargs="?", metavar="pod/NAME|claim/NAME", help="a pod or ResourceClaim of the cluster"
+    )
+    parser.add_argument(
+        "-f",
         "--claim",
-        required=True,
         metavar="FILE",
         help="ResourceClaims or ResourceClaimTemplates, allocated together (YAML/JSON, - for stdin)",
     )
     parser.add_argument(
         "--cluster",
-        required=True,
         metavar="FILE",
-        help="ResourceSlices, DeviceClasses, Nodes and allocated ResourceClaims (YAML/JSON stream or List)",
+        help="ResourceSlices, DeviceClasses, Nodes and allocated ResourceClaims (YAML/JSON stream or List); "
+        "without it, the configured cluster is read",
     )
+    parser.add_argument("-n", "--namespace", help="namespace of pod/NAME, claim/NAME (default: the context's)")
+    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster (default: in-cluster, ...)")
     parser.add_argument("--node", metavar="NAME", help="explain only this node")
     parser.add_argument(
         "--kubernetes-version",
         choices=SUPPORTED_VERSIONS,
-        default="1.34",
-        help="allocator semantics to follow (default 1.34)",
+        default=None,
+        help="allocator semantics to follow (default: the cluster's; 1.34 for files)",
     )
     parser.add_argument(
         "--feature-gates",
@@ -61,28 +73,56 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster is not None and args.target is not None:
+        raise InputError(f"{args.target} is read from the cluster: give --claim FILE with --cluster, or drop --cluster")
+    if args.target is not None and args.claim is not None:
+        raise InputError(f"give {args.target} or -f FILE, not both")
+    if args.target is None and args.claim is None:
+        raise InputError("nothing to explain: give pod/NAME, claim/NAME or -f FILE (with --cluster FILE for files)")
     if args.claim == "-" and args.cluster == "-":
         raise InputError("--claim and --cluster cannot both read stdin")
-    objects = load_objects(args.claim)
-    claims: list[dict[str, Any]] = [o for o in objects if o.get("kind") in _CLAIM_KINDS]
-    if not claims:
-        raise InputError(f"{_name(args.claim)}: no ResourceClaim or ResourceClaimTemplate found")
-    cluster = load_objects(args.cluster)
+    claims: list[dict[str, Any]] = []
+    if args.claim is not None:
+        objects = load_objects(args.claim)
+        claims = [o for o in objects if o.get("kind") in _CLAIM_KINDS]
+        if not claims:
+            raise InputError(f"{_name(args.claim)}: no ResourceClaim or ResourceClaimTemplate found")
+    restricted = False
+    if args.cluster is not None:
+        cluster = load_objects(args.cluster)
+        version = args.kubernetes_version or "1.34"
+    else:
+        import asyncio
+
+        from gpucluster.commands import explain_live
+
+        live = asyncio.run(
+            explain_live.read(
+                kubeconfig=args.kubeconfig,
+                namespace=args.namespace,
+                target=args.target,
+                claim_objects=claims or None,
+            )
+        )
+        claims, cluster, restricted = live.claims, live.cluster, live.restricted
+        version = args.kubernetes_version or live.kubernetes_version
+        for note in live.notes:
+            print(f"gpucluster explain: {live.subject}: {note}", file=sys.stderr)
     try:
         feature_gates = gates.parse(args.feature_gates)
-        gates.resolve(args.kubernetes_version, feature_gates)
+        gates.resolve(version, feature_gates)
     except AllocatorInputError as exc:
         raise InputError(f"--feature-gates: {exc}") from None
     try:
-        result = explain(
-            claims, cluster, node=args.node, kubernetes_version=args.kubernetes_version, feature_gates=feature_gates
-        )
+        result = explain(claims, cluster, node=args.node, kubernetes_version=version, feature_gates=feature_gates)
     except AllocatorInputError as exc:
         if exc.source == "claims":
-            raise InputError(f"{_name(args.claim)}: {exc}") from None
+            raise InputError(f"{_name(args.claim) if args.claim else args.target}: {exc}") from None
         if exc.source == "cluster":
-            raise InputError(f"{_name(args.cluster)}: {exc}") from None
+            raise InputError(f"{_name(args.cluster) if args.cluster else 'the cluster'}: {exc}") from None
         raise InputError(str(exc)) from None
+    if restricted and not result.nodes:
+        result.errors = ["no node matches the pod's nodeName, nodeSelector and node affinity"]
     if args.output == "json":
         print(json.dumps(result.to_json(), indent=2))
     else:
