@@ -14,8 +14,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -32,21 +32,62 @@ from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
 
 log = logging.getLogger("gpucluster.controller")
+T = TypeVar("T")
 
 WATCHED = ["GPUCluster", "ClusterPolicy", "Node", "Namespace", "ResourceSlice", "ResourceClaim", "DeviceClass"]
 # Only pending pods matter (explanations); a field selector keeps the cache small.
 PENDING_PODS = Resource("Pod", "/api/v1/pods", field_selector="status.phase=Pending")
 
 
+# What each pass runs, as the `reconciler` label names it.
+RECONCILERS = ("gpucluster", "explanations", "stranded")
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def error_reason(exc: BaseException) -> str:
+    """A small, bounded label value: the API's reason (Conflict, InternalError, ...), else the kind of failure."""
+    if isinstance(exc, KubeError):
+        return exc.reason or f"HTTP{exc.status}"
+    if isinstance(exc, TimeoutError):
+        return "Timeout"
+    return "ConnectionError"
+
+
 class Metrics:
+    """What a Prometheus user charts, per reconciler: passes (by result), durations, errors by reason,
+    the time of the last success; and the work queue's depth and how long work waited in it."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        registry = self.registry
         self.reconciles = Counter(
-            "gpucluster_controller_reconciles", "Reconcile passes.", ["result"], registry=self.registry
+            "gpucluster_controller_reconciles", "Reconcile passes.", ["reconciler", "result"], registry=registry
         )
         self.duration = Histogram(
-            "gpucluster_controller_reconcile_duration_seconds", "Reconcile pass duration.", registry=self.registry
+            "gpucluster_controller_reconcile_duration_seconds", "Reconcile duration.", ["reconciler"],
+            buckets=DURATION_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.errors = Counter(
+            "gpucluster_controller_reconcile_errors", "Failed reconciles by reason.", ["reconciler", "reason"],
+            registry=registry,
+        )  # fmt: skip
+        self.last_success = Gauge(
+            "gpucluster_controller_last_successful_reconcile_timestamp_seconds",
+            "Unix time of the last successful reconcile.", ["reconciler"], registry=registry,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "gpucluster_controller_workqueue_depth", "Keys waiting to be reconciled.", ["name"], registry=registry
         )
+        self.queue_latency = Histogram(
+            "gpucluster_controller_workqueue_queue_duration_seconds",
+            "How long a key waited in the queue before its reconcile started.", ["name"],
+            buckets=DURATION_BUCKETS, registry=registry,
+        )  # fmt: skip
+        for name in RECONCILERS:  # every series exists from the start (rate() needs a zero)
+            for result in ("ok", "error"):
+                self.reconciles.labels(name, result)
+            self.duration.labels(name)
+        self.queue_depth.labels("gpucluster").set(0)
         self.writes = Counter(
             "gpucluster_controller_api_writes", "API writes made by reconciles.", registry=self.registry
         )
@@ -83,6 +124,7 @@ class Controller:
         self.min_interval = min_interval
         self.metrics = Metrics()
         self.dirty = asyncio.Event()
+        self._dirty_since: float | None = None  # when the pending work was first asked for
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -103,7 +145,33 @@ class Controller:
         return [RESOURCES[k] for k in WATCHED] + [r for r in owned if r.kind not in WATCHED] + [PENDING_PODS]
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._mark_dirty()
+
+    def _mark_dirty(self) -> None:
+        if self._dirty_since is None:
+            self._dirty_since = time.monotonic()
+            self.metrics.queue_depth.labels("gpucluster").set(1)
         self.dirty.set()
+
+    async def _timed(self, name: str, work: Awaitable[T]) -> T:
+        """Run one reconciler's part of a pass, measured and counted under ``reconciler=name``."""
+        started = time.monotonic()
+        try:
+            result = await work
+        except (KubeError, OSError, TimeoutError) as exc:
+            self.metrics.reconciles.labels(name, "error").inc()
+            self.metrics.errors.labels(name, error_reason(exc)).inc()
+            raise
+        finally:
+            self.metrics.duration.labels(name).observe(time.monotonic() - started)
+        self.metrics.reconciles.labels(name, "ok").inc()
+        self.metrics.last_success.labels(name).set(time.time())
+        return result
+
+    async def _explain(self) -> None:
+        for pod, claims, reason in await self.explainer.explanations_offloaded():
+            for obj in (pod, *claims):
+                await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
 
     def problems(self) -> list[str]:
         """Why the caches cannot be trusted: refusals (403 first) of the reflectors, one line each."""
@@ -212,18 +280,19 @@ class Controller:
                 return
             self.dirty.clear()
             started = time.monotonic()
+            queued = self._dirty_since
+            self._dirty_since = None
+            self.metrics.queue_depth.labels("gpucluster").set(0)
+            if queued is not None:
+                self.metrics.queue_latency.labels("gpucluster").observe(started - queued)
             before = self.reconciler.writes
             try:
-                requeue = await self.reconciler.reconcile()
-                for pod, claims, reason in await self.explainer.explanations_offloaded():
-                    for obj in (pod, *claims):
-                        await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
-                await self.stranded.run_pass(self.reconciler.event, self.reconciler.delete)
-                self.metrics.reconciles.labels("ok").inc()
+                requeue = await self._timed("gpucluster", self.reconciler.reconcile())
+                await self._timed("explanations", self._explain())
+                await self._timed("stranded", self.stranded.run_pass(self.reconciler.event, self.reconciler.delete))
                 backoff, failures = 0.5, 0
             except (KubeError, OSError, TimeoutError) as exc:
                 log.warning("reconcile failed error=%s retry_in=%.1fs", exc, backoff)
-                self.metrics.reconciles.labels("error").inc()
                 failures += 1
                 # A transient fault is retried quietly; a persistent one shows in status (Error=True).
                 if failures >= self.report_failures_after:
@@ -231,7 +300,6 @@ class Controller:
                 # Capped low: the pass after the fault clears turns the status back within seconds.
                 requeue, backoff = backoff, min(backoff * 2, self.max_backoff)
             self.passes += 1
-            self.metrics.duration.observe(time.monotonic() - started)
             self.metrics.writes.inc(self.reconciler.writes - before)
             cluster = self.state.get("GPUCluster", "gpu-cluster")
             self.metrics.ready.set(1 if cluster and (cluster.get("status") or {}).get("state") == "ready" else 0)

@@ -167,6 +167,10 @@ def register(subparsers: Subparsers) -> None:
         "--translation-mode", choices=["auto", "always", "audit", "off"], default="auto", help="pod translation"
     )
     parser.add_argument("--no-controller", action="store_true", help="run the webhook only")
+    parser.add_argument(
+        "--health-port", type=int, default=None,
+        help="port of /healthz, /readyz, /metrics (default: a free port in the sandbox, 8081 otherwise)",
+    )  # fmt: skip
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
@@ -188,6 +192,7 @@ class RunOptions:
     controller: bool = True
     template_grace_period: float = 600.0  # claim templates of translated pods no pod refers to any more
     sandbox: bool | None = None  # None: decide from cluster_configured()
+    health_port: int | None = None  # None: a free port in the sandbox, 8081 against a cluster
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -206,6 +211,9 @@ class Stack:
         self._tasks: list[asyncio.Task[Any]] = []  # end when stop_event is set
         self._background: list[asyncio.Task[Any]] = []  # cancelled on stop
         self.controller_started = False
+        self.controller: Any = None  # controller.runtime.Controller once started
+        self.health_port = 0  # where /healthz, /readyz and /metrics are served
+        self._health: Any = None  # aiohttp AppRunner
 
     @property
     def uses_sandbox(self) -> bool:
@@ -223,6 +231,53 @@ class Stack:
             self._start_controller()
         else:
             self._start_provisioner()
+        await self._start_health()
+
+    # ------------------------------------------------------------ health and metrics
+
+    async def _start_health(self) -> None:
+        """/healthz, /readyz (the webhook's caches, and the controller's when it runs) and /metrics
+        (the controller's), as the chart's operator Deployment serves them."""
+        from aiohttp import web
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        controller = self.controller
+        empty = CollectorRegistry()
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(request: web.Request) -> web.Response:
+            problems = [] if self.cluster.synced() else ["webhook caches not synced"]
+            if controller is not None:
+                ok, detail = controller.ready()
+                if not ok:
+                    problems.append(f"controller: {detail}")
+            return web.Response(status=503 if problems else 200, text=("; ".join(problems) or "ok") + "\n")
+
+        async def metrics(request: web.Request) -> web.Response:
+            registry = controller.metrics.registry if controller is not None else empty
+            return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", metrics)
+        port = self.options.health_port
+        if port is None:
+            port = 0 if self.sandbox is not None else 8081
+        host = "127.0.0.1" if self.sandbox is not None else "0.0.0.0"
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise InputError(f"--health-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._health = runner
+        addresses = runner.addresses
+        self.health_port = int(addresses[0][1]) if addresses else port
 
     # ------------------------------------------------------------ sandbox
 
@@ -366,7 +421,7 @@ class Stack:
 
     def _start_controller(self) -> None:
         try:
-            from controller.runtime import run_controller
+            from controller.runtime import Controller
         except ImportError:  # the controller is optional for webhook-only runs
             log.warning("controller not available; running the webhook only")
             return
@@ -375,18 +430,12 @@ class Stack:
         if self.sandbox is not None:  # what the chart's operator Deployment would be given
             env = {**chart_env(), **env}
         env["OPERATOR_NAMESPACE"] = self.options.namespace
-        self._tasks.append(
-            asyncio.create_task(
-                run_controller(
-                    self.kube,
-                    self.options.namespace,
-                    env,
-                    self.stop_event,
-                    leader_election=False,
-                    template_grace_period=self.options.template_grace_period,
-                )
-            )
-        )
+        # Built here rather than through run_controller so that the Stack serves its health and metrics.
+        self.controller = Controller(
+            self.kube, namespace=self.options.namespace, env=env, leader_election=False,
+            template_grace_period=self.options.template_grace_period,
+        )  # fmt: skip
+        self._tasks.append(asyncio.create_task(self.controller.run(self.stop_event)))
         self.controller_started = True
 
     def _start_provisioner(self) -> None:
@@ -420,6 +469,9 @@ class Stack:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        if self._health is not None:
+            await self._health.cleanup()
+            self._health = None
         if self.kube is not None:
             await self.kube.close()
             self.kube = None
@@ -435,6 +487,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be between 0 and 64")
     if args.webhook_port is not None and not 0 <= args.webhook_port < 65536:
         raise InputError(f"--webhook-port {args.webhook_port}: must be between 0 and 65535")
+    if args.health_port is not None and not 0 <= args.health_port < 65536:
+        raise InputError(f"--health-port {args.health_port}: must be between 0 and 65535")
     from sandbox.sim.kubelet import parse_mix
 
     try:
@@ -454,6 +508,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         webhook_url=args.webhook_url,
         translation_mode=args.translation_mode,
         controller=not args.no_controller,
+        health_port=args.health_port,
     )
 
 
@@ -487,6 +542,7 @@ async def _main(options: RunOptions) -> None:
             print(f"cluster: {options.kubeconfig or os.environ.get('KUBECONFIG') or 'default configuration'}")
         print(f"webhook: https://127.0.0.1:{stack.webhook_port} (service {SERVICE}.{options.namespace}.svc)")
         print(f"controller: {'running' if stack.controller_started else 'not running'} (namespace {options.namespace})")
+        print(f"health and metrics: http://127.0.0.1:{stack.health_port}/healthz, /readyz, /metrics")
         if stack.sandbox is not None:
             print("try:")
             print(f"  export KUBECONFIG={stack.kubeconfig}")
