@@ -147,7 +147,9 @@ class Verdict:
     # Objects the admitted object refers to that the controller provisions once it exists
     # (ResourceClaimTemplates of a translated pod); the webhook itself creates nothing.
     creates: list[dict[str, Any]] = field(default_factory=list)
-    outcome: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
+    outcome: str = ""
+    # ``patch`` as the response carries it (base64 of its JSON), when the rule already has it (cached).
+    encoded_patch: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
 
     @classmethod
     def allow(cls, *warnings: str, outcome: str = "allowed") -> Verdict:
@@ -205,10 +207,14 @@ def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: boo
     if warnings:
         response["warnings"] = list(dict.fromkeys(warnings))
     if mutating and verdict.allowed:
-        ops = verdict.patch if verdict.patch is not None else compute_patch(request.obj, verdict.patched)
-        if ops:
+        if verdict.encoded_patch:
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
+            response["patch"] = verdict.encoded_patch
+        else:
+            ops = verdict.patch if verdict.patch is not None else compute_patch(request.obj, verdict.patched)
+            if ops:
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
     return {"apiVersion": request.review_api_version, "kind": KIND, "response": response}
 
 

@@ -80,23 +80,26 @@ class InFlight:
     def __init__(self) -> None:
         self.count = 0
         self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None  # made by wait_idle only: entering and leaving stay two additions
 
     def __enter__(self) -> None:
         self.count += 1
-        self._idle.clear()
 
     def __exit__(self, *_: object) -> None:
         self.count -= 1
-        if self.count == 0:
+        if self.count == 0 and self._idle is not None:
             self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
+        if self.count == 0:
+            return True
+        self._idle = asyncio.Event()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             return False
+        finally:
+            self._idle = None
         return True
 
 
@@ -112,7 +115,8 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         app = request.app
         metrics = app[METRICS_KEY]
         started = time.perf_counter()
-        if request.content_type != "application/json":
+        # The exact header the API server sends is checked without aiohttp's parse of it.
+        if request.headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
             metrics.rejected.labels(path, "415").inc()
             return web.Response(status=415, text="Content-Type must be application/json\n")
         try:
@@ -291,6 +295,7 @@ class _Connection(RequestHandler):
         self._gate = gate
         self._webhook_metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
+        self._head_since: float | None = None  # when the request head being read began
         self._admitted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -316,16 +321,20 @@ class _Connection(RequestHandler):
     def data_received(self, data: bytes) -> None:
         if not self._admitted:
             return
-        waiting = self._waiter
-        idle = self._header_timer is None and waiting is not None and not waiting.done()
+        if self._head_since is None:
+            waiting = self._waiter
+            if waiting is not None and not waiting.done():
+                # The first bytes of the next request on a kept-alive connection: its deadline starts.
+                self._head_since = self._loop.time()
         super().data_received(data)
         if self._messages:
-            self._disarm_header_timer()  # a whole request head arrived
-        elif idle:
-            self._arm_header_timer()  # the first bytes of the next request on a kept-alive connection
+            self._head_since = None  # a whole request head arrived
 
+    # One timer per connection, not one per request: requests only record when their head began
+    # (a clock read); the timer, when it fires, closes a connection whose head is late and is
+    # otherwise set again for the earliest moment one could be.
     def _arm_header_timer(self) -> None:
-        self._disarm_header_timer()
+        self._head_since = self._loop.time()
         self._header_timer = self._loop.call_later(self._limits.read_header_timeout, self._header_timeout)
 
     def _disarm_header_timer(self) -> None:
@@ -335,7 +344,12 @@ class _Connection(RequestHandler):
 
     def _header_timeout(self) -> None:
         self._header_timer = None
-        if self._messages or self.transport is None:
+        if self.transport is None:
+            return
+        since, now = self._head_since, self._loop.time()
+        if since is None or self._messages or now < since + self._limits.read_header_timeout:
+            start = since if since is not None and not self._messages else now
+            self._header_timer = self._loop.call_at(start + self._limits.read_header_timeout, self._header_timeout)
             return
         self._webhook_metrics.closed.labels("header-timeout").inc()
         log.debug("connection closed: no complete request header in %gs", self._limits.read_header_timeout)

@@ -18,9 +18,11 @@ are never translated.
 
 from __future__ import annotations
 
+import base64
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
@@ -219,13 +221,121 @@ def mirror_pod(request: AdmissionRequest, pod: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """A pod rule's answer with nothing of the pod's own in it (name, uid): shared by every pod with
+    the same spec, labels, annotations and namespace while the cluster view is unchanged."""
+
+    verdict: Verdict
+    # For a mutated pod: the labels and annotations after mutation and the new spec.
+    labels: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+    encoded_patch: str = field(default="", repr=False)
+
+
+class _AnswerCache:
+    """Whole answers of the pod rule per cluster view, dropped when the view changes.
+
+    The pods of a workload share one spec, labels and annotations and differ in their name (and
+    the review in its uid), which the patch never touches: the patch is a diff of the spec, the
+    labels and the annotations only. So all of a ReplicaSet's reviews after the first cost a dict
+    lookup. Keyed per ClusterState object (weakly: a view that goes away takes its answers along)
+    and its ``generation``, which any change of any watched kind bumps.
+    """
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._views: weakref.WeakKeyDictionary[ClusterState, tuple[int, OrderedDict[tuple[Any, ...], _Answer]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._last: tuple[weakref.ref[ClusterState], int, OrderedDict[tuple[Any, ...], _Answer]] | None = None
+
+    def entries(self, cluster: ClusterState) -> OrderedDict[tuple[Any, ...], _Answer]:
+        last = self._last  # a server has one view: skip the weak dictionary's lookup
+        if last is not None and last[0]() is cluster and last[1] == cluster.generation:
+            return last[2]
+        found = self._views.get(cluster)
+        if found is None or found[0] != cluster.generation:
+            found = (cluster.generation, OrderedDict())
+            self._views[cluster] = found
+        self._last = (weakref.ref(cluster), found[0], found[1])
+        return found[1]
+
+    def put(self, entries: OrderedDict[tuple[Any, ...], _Answer], key: tuple[Any, ...], answer: _Answer) -> None:
+        entries[key] = answer
+        if len(entries) > self.size:
+            entries.popitem(last=False)
+
+
+_ANSWERS = _AnswerCache()
+
+
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
+    """The pod rule, answered from :data:`_ANSWERS` when a pod of the same shape was answered before."""
+    pod = request.obj
+    if request.operation != "CREATE" or pod is None or settings.translation_mode == "off":
+        return Verdict.allow(outcome="skipped")
+    meta = pod.get("metadata", {})
+    spec = pod.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return Verdict.allow(outcome="skipped")
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    # Everything the answer depends on but the cluster view: the spec, labels and annotations
+    # (opt-outs, the mirror annotation, the translated-from marker; the patch adds to them), the
+    # namespace, whether the pod has metadata at all, and whether a node sends it.
+    try:
+        key = (
+            orjson.dumps(spec),
+            orjson.dumps(labels) if labels is not None else None,
+            orjson.dumps(annotations) if annotations is not None else None,
+            request.namespace or meta.get("namespace"),
+            "metadata" in pod,
+            request.user.startswith("system:node:"),
+            settings,
+        )
+    except TypeError:  # orjson refuses it (a huge integer, say): no caching, same answer
+        return _mutate_pod(request, cluster, settings)
+    entries = _ANSWERS.entries(cluster)
+    answer = entries.get(key)
+    if answer is None:
+        verdict = _mutate_pod(request, cluster, settings, spec_key=key[0])
+        answer = _shareable(verdict)
+        _ANSWERS.put(entries, key, answer)
+        return verdict
+    entries.move_to_end(key)
+    shared = answer.verdict
+    verdict = Verdict(
+        allowed=shared.allowed, code=shared.code, reason=shared.reason, message=shared.message,
+        warnings=list(shared.warnings), patch=shared.patch, creates=list(shared.creates), outcome=shared.outcome,
+    )  # fmt: skip
+    if answer.spec is not None:
+        new_meta = {**meta, "labels": answer.labels, "annotations": answer.annotations}
+        verdict.patched = {**pod, "metadata": new_meta, "spec": answer.spec}
+        verdict.encoded_patch = answer.encoded_patch
+    return verdict
+
+
+def _shareable(verdict: Verdict) -> _Answer:
+    """What of ``verdict`` every pod of the same shape shares (the patched pod is rebuilt per pod)."""
+    shared = replace(verdict, patched=None, warnings=list(verdict.warnings), creates=list(verdict.creates))
+    if verdict.patched is None:
+        return _Answer(shared)
+    meta = verdict.patched["metadata"]
+    encoded = base64.b64encode(orjson.dumps(verdict.patch)).decode() if verdict.patch else ""
+    verdict.encoded_patch = encoded
+    return _Answer(shared, meta.get("labels"), meta.get("annotations"), verdict.patched["spec"], encoded)
+
+
+def _mutate_pod(
+    request: AdmissionRequest, cluster: ClusterState, settings: Settings, *, spec_key: bytes | None = None
+) -> Verdict:
     if request.operation != "CREATE" or request.obj is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
     pod = request.obj
     if not _meta_well_formed(pod) or not isinstance(pod.get("spec"), dict):
         return Verdict.allow(outcome="skipped")
-    spec_key = orjson.dumps(pod["spec"])
+    spec_key = spec_key if spec_key is not None else orjson.dumps(pod["spec"])
     wanted = _spec_gpu_resources(spec_key)
     if not wanted:  # no GPU asked for, or a malformed spec
         return Verdict.allow(outcome="skipped")
