@@ -91,6 +91,9 @@ class Metrics:
         self.writes = Counter(
             "gpucluster_controller_api_writes", "API writes made by reconciles.", registry=self.registry
         )
+        self.status_writes = Counter(
+            "gpucluster_controller_status_writes", "GPUCluster status writes.", registry=self.registry
+        )
         self.leader = Gauge(
             "gpucluster_controller_leader", "1 while this replica holds the lease.", registry=self.registry
         )
@@ -286,6 +289,7 @@ class Controller:
             if queued is not None:
                 self.metrics.queue_latency.labels("gpucluster").observe(started - queued)
             before = self.reconciler.writes
+            status_before = self.reconciler.status_writes
             try:
                 requeue = await self._timed("gpucluster", self.reconciler.reconcile())
                 await self._timed("explanations", self._explain())
@@ -301,6 +305,7 @@ class Controller:
                 requeue, backoff = backoff, min(backoff * 2, self.max_backoff)
             self.passes += 1
             self.metrics.writes.inc(self.reconciler.writes - before)
+            self.metrics.status_writes.inc(self.reconciler.status_writes - status_before)
             cluster = self.state.get("GPUCluster", "gpu-cluster")
             self.metrics.ready.set(1 if cluster and (cluster.get("status") or {}).get("state") == "ready" else 0)
             next_run = time.monotonic() + requeue
