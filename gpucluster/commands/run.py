@@ -151,6 +151,9 @@ def register(subparsers: Subparsers) -> None:
         default="sandbox.kubeconfig",
         help="sandbox only: where to write its kubeconfig (default ./sandbox.kubeconfig)",
     )
+    parser.add_argument(
+        "--port", type=int, default=0, help="sandbox only: the API server's HTTPS port (default: a free one)"
+    )
     parser.add_argument("--namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
     parser.add_argument("--nodes", type=int, default=3, help="sandbox only: simulated GPU nodes (default 3)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="sandbox only: GPUs per node (default 8)")
@@ -495,7 +498,10 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         parse_mix(args.mix)
     except ValueError as exc:
         raise InputError(f"--mix {args.mix}: {exc}") from None
+    if not 0 <= args.port < 65536:
+        raise InputError(f"--port {args.port}: must be between 0 and 65535")
     return RunOptions(
+        sandbox_kwargs={"port": args.port} if args.port else {},
         kubeconfig=args.kubeconfig,
         kubeconfig_out=Path(args.kubeconfig_out).resolve(),
         namespace=args.namespace,
@@ -548,10 +554,11 @@ async def _main(options: RunOptions) -> None:
             print(f"  export KUBECONFIG={stack.kubeconfig}")
             print("  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count")
             print("  kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations")
-            print("  kubectl apply --server-side -f gpucluster.yaml   # the GPUCluster singleton, named gpu-cluster")
+            # The files are the checkout's examples/ (README's walkthrough).
+            print("  kubectl apply --server-side -f examples/gpucluster.yaml   # the GPUCluster singleton")
             print("  kubectl get gpucluster,resourceslices,deviceclasses")
-            print("  kubectl create -f pod.yaml   # resources.limits nvidia.com/gpu: 2 -> DRA claims, scheduled")
-            print("  kubectl get pods,resourceclaims; kubectl describe pod <name>   # FailedScheduling says why")
+            print("  kubectl create -f examples/legacy-pod.yaml   # nvidia.com/gpu: 2 -> a DRA claim, scheduled")
+            print("  kubectl get pods,resourceclaims; gpucluster explain pod/<name>   # why a pod is Pending")
         print("stop with Ctrl-C", flush=True)
         await stack.stop_event.wait()
     finally:
