@@ -10,7 +10,7 @@ from typing import Any, Final
 from gpucluster.dra.cel import types as t
 from gpucluster.dra.cel.checker import check
 from gpucluster.dra.cel.codegen import Generator
-from gpucluster.dra.cel.cost import COST_LIMIT, estimate_cost, is_unbounded
+from gpucluster.dra.cel.cost import COST_LIMIT, UNBOUNDED, estimate_cost, is_unbounded
 from gpucluster.dra.cel.errors import CelCompileError, CelRuntimeError
 from gpucluster.dra.cel.parser import parse
 from gpucluster.dra.cel.values import type_name
@@ -73,7 +73,7 @@ _lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(expression: str, consumable_capacity: bool) -> Program:
+def _compile(expression: str, consumable_capacity: bool, estimate: bool = True) -> Program:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(
             expression,
@@ -88,8 +88,8 @@ def _compile(expression: str, consumable_capacity: bool) -> Program:
         raise CelCompileError(expression, 1, 1, "expression recursion limit exceeded") from None
     if out_type != t.BOOL and out_type != t.ANY:
         raise CelCompileError(expression, 1, 1, f"must evaluate to bool or the unknown type, not {out_type}")
-    cost = estimate_cost(root)
-    if is_unbounded(cost) or cost > COST_LIMIT:
+    cost = estimate_cost(root) if estimate else UNBOUNDED
+    if estimate and (is_unbounded(cost) or cost > COST_LIMIT):
         raise CelCompileError(
             expression,
             1,
@@ -103,11 +103,15 @@ def _compile(expression: str, consumable_capacity: bool) -> Program:
     return Program(expression, fn, frozenset(gen.reads), cost, gen.source, consumable_capacity)
 
 
-def compile_selector(expression: str, *, consumable_capacity: bool = False) -> Program:
-    """Compile a DRA CEL selector (cached by expression text and flag).
+def compile_selector(
+    expression: str, *, consumable_capacity: bool = False, disable_cost_estimation: bool = False
+) -> Program:
+    """Compile a DRA CEL selector (cached by expression text and flags).
 
     ``consumable_capacity`` declares ``device.allowMultipleAllocations`` (the
     DRAConsumableCapacity feature); without it, referring to that field is a compile error.
+    ``disable_cost_estimation`` skips the worst-case cost check (Kubernetes'
+    ``Options.DisableCostEstimation``; ``max_cost`` is then unbounded).
     Raises CelCompileError with the line and column of the problem.
     """
-    return _compile(expression, consumable_capacity)
+    return _compile(expression, consumable_capacity, not disable_cost_estimation)
