@@ -45,7 +45,7 @@ from typing import Any
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import clone
 from gpucluster.migrate import KSERVE_FRAMEWORKS, format_path
-from gpucluster.translate import parse_quantity
+from gpucluster.translate import parse_quantity, translate_pod_spec
 from webhook.admission import admit_request
 from webhook.review import AdmissionRequest
 from webhook.rules.pods import WEBHOOK_CONFIG, native_resources, opted_out
@@ -363,8 +363,13 @@ def _skip_reason(
     ):
         how = ", ".join(f"{r} by DeviceClass {native[r]}" for r in mapped)
         return f"native mapping: the scheduler allocates {how} (DRAExtendedResource)"
-    if warnings:
-        return "; ".join(w.removeprefix("not translated: ") for w in warnings)
+    # Containers left alone for GPU sharing (HAMi ...): the whole reason, which the webhook's
+    # warning has to shorten.
+    shared = translate_pod_spec(_dict(pod.get("spec")), namespace=namespace, config=WEBHOOK_CONFIG).shared
+    reasons = [s.problem for s in shared]
+    reasons += [w.removeprefix("not translated: ") for w in warnings if not any(s.reason in w for s in shared)]
+    if reasons:
+        return "; ".join(reasons)
     return "nothing the webhook translates"
 
 

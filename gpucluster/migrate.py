@@ -134,18 +134,6 @@ _MENTIONS_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-)")
 # ("{{inputs.parameters.gpus}}"), so anything follows the colon. ``nvidia.com/gpu.product:`` (a
 # node label) does not match.
 _EMBEDDED_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:[ \t]*[^\s,}]")
-# Fractional-GPU resources of GPU-sharing schedulers that qualify a whole-GPU count in the same
-# container: HAMi (nvidia.com/gpumem, gpumem-percentage, gpucores, priority), and the names other
-# sharing schedulers use (Volcano vgpu-*, TKE vcuda-*, Alibaba gpu-mem, gpu-memory, gpu-core ...).
-# The count and its qualifiers are one request to one allocator: claiming a whole GPU through DRA
-# while the qualifiers stay would split it across two.
-_HAMI_SHARING = frozenset(
-    {"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}
-)
-_SHARING = re.compile(
-    r"^[\w.-]+/(?:gpu-?mem(?:ory)?(?:-percentage|-ratio)?|gpu-?cores?|gpu-?fraction|gpu-?percentage"
-    r"|vgpu-[\w-]+|vcuda-[\w-]+|vgpu)$"
-)
 
 
 @dataclass
@@ -530,18 +518,16 @@ def _translate(
             note = f"opted out ({opted_out} {ctx.opt_out}=false); left as it is"
             ctx.workloads.append(Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), notes=[note]))
         return None
-    masked, shared, sharing_problems = _mask_shared(pod_spec, ctx.config)
+    # Containers whose GPU count GPU-sharing resources qualify are left alone by the translation
+    # itself (gpucluster.translate decides it, for the webhook too); their reasons come first.
     translation = translate_pod_spec(
-        masked, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
+        pod_spec, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
     )
-    if translation.changed:  # the shared containers go back as they were
-        for fld, index in shared:
-            translation.pod_spec[fld][index] = pod_spec[fld][index]
-    if not translation.changed and not translation.problems and not sharing_problems:
+    if not translation.changed and not translation.problems:
         return None
-    workload = Workload(
-        ctx.source, ctx.document, ctx.obj, _fmt(where), problems=[*sharing_problems, *translation.problems]
-    )
+    sharing = [shared.problem for shared in translation.shared]
+    problems = [*sharing, *(p for p in translation.problems if p not in sharing)]
+    workload = Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), problems=problems)
     ctx.workloads.append(workload)
     if translation.changed and aliased:
         workload.problems.append("uses YAML anchors, aliases or merge keys; expand them, then migrate")
@@ -560,59 +546,6 @@ def _translate(
         else:
             ctx.templates.extend(translation.templates)
     return workload
-
-
-def _sharing(resource: str, config: TranslationConfig) -> bool:
-    return config.resolve(resource) is None and (resource in _HAMI_SHARING or bool(_SHARING.match(resource)))
-
-
-def _container_label(fld: str, container: Mapping[str, Any], index: int) -> str:
-    kind = (
-        "container"
-        if fld == "containers"
-        else "sidecar"
-        if container.get("restartPolicy") == "Always"
-        else "init container"
-    )
-    return f"{kind} {container.get('name', f'{fld}[{index}]')}"
-
-
-def _mask_shared(
-    pod_spec: dict[str, Any], config: TranslationConfig
-) -> tuple[dict[str, Any], list[tuple[str, int]], list[str]]:
-    """``pod_spec`` without the GPU requests of containers that qualify them with GPU-sharing
-    resources (those containers stay as they are), the (field, index) of those containers, and
-    why each is left alone."""
-    masked = dict(pod_spec)
-    shared: list[tuple[str, int]] = []
-    problems: list[str] = []
-    for fld in ("initContainers", "containers"):
-        containers = pod_spec.get(fld)
-        if not isinstance(containers, list):
-            continue
-        for index, container in enumerate(containers):
-            resources = _mapping((_mapping(container) or {}).get("resources")) or {}
-            sections = {s: _mapping(resources.get(s)) or {} for s in ("limits", "requests")}
-            names = {str(k) for values in sections.values() for k in values}
-            gpus = sorted(n for n in names if config.resolve(n) is not None)
-            qualifiers = sorted(n for n in names if _sharing(n, config))
-            if not gpus or not qualifiers:
-                continue
-            shared.append((fld, index))
-            problems.append(
-                f"{_container_label(fld, container, index)}: {', '.join(gpus)} qualified by {', '.join(qualifiers)} "
-                "(GPU sharing by HAMi or a similar scheduler: a fraction of a GPU, which a DRA claim of whole "
-                "devices cannot express); container left unchanged"
-            )
-            stripped = {
-                s: {k: v for k, v in values.items() if str(k) not in gpus and not _sharing(str(k), config)}
-                for s, values in sections.items()
-                if s in resources
-            }
-            copy = dict(container)
-            copy["resources"] = {**resources, **stripped}
-            masked[fld] = [*masked[fld][:index], copy, *masked[fld][index + 1 :]]
-    return masked, shared, problems
 
 
 def _cluster_scoped_note(ctx: _Context, templates: list[dict[str, Any]]) -> str:

@@ -78,7 +78,12 @@ Reported in ``Translation.problems`` and left alone:
   not know, e.g. ``nvidia.com/gpu.shared``: that resource is left as it is, the container's other
   resources are translated;
 * the whole pod when one claim would need more than 32 devices or 32 requests (the ResourceClaim
-  limits), or when the pod was already translated.
+  limits), or when the pod was already translated;
+* a container that qualifies a translatable GPU count with GPU-sharing resources (HAMi's
+  ``nvidia.com/gpumem``, ``nvidia.com/gpucores`` ..., see :func:`sharing_resource`): the count
+  and its qualifiers are one request to one (sharing) allocator, and a claim of whole devices
+  beside the qualifiers would split it across two. The container stays as it is, reported in
+  ``Translation.problems`` and ``Translation.shared``; the pod's other containers are translated.
 
 A zero count (``nvidia.com/gpu: 0``) asks for nothing of that resource: it is removed with the
 container's other GPU resources, which are translated; a container asking only for zero is left
@@ -114,11 +119,13 @@ __all__ = [
     "TEMPLATES_ANNOTATION",
     "TRANSLATED_LABEL",
     "ResourceMapping",
+    "SharedGPU",
     "Translation",
     "TranslationConfig",
     "gpu_resources",
     "mig_profile",
     "parse_quantity",
+    "sharing_resource",
     "template_name_candidates",
     "template_name_matches",
     "template_spec_problem",
@@ -186,6 +193,49 @@ class TranslationConfig:
 DEFAULT_CONFIG = TranslationConfig(mapping=MappingProxyType({"nvidia.com/gpu": ResourceMapping("gpu.nvidia.com")}))
 
 
+# Fractional-GPU resources of GPU-sharing schedulers that qualify a whole-GPU count in the same
+# container: HAMi (nvidia.com/gpumem, gpumem-percentage, gpucores, priority), and the names other
+# sharing schedulers use (Volcano vgpu-*, TKE vcuda-*, Alibaba gpu-mem, gpu-memory, gpu-core ...).
+HAMI_SHARING_RESOURCES = frozenset(
+    {"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}
+)
+_SHARING_PATTERN = re.compile(
+    r"^[\w.-]+/(?:gpu-?mem(?:ory)?(?:-percentage|-ratio)?|gpu-?cores?|gpu-?fraction|gpu-?percentage"
+    r"|vgpu-[\w-]+|vcuda-[\w-]+|vgpu)$"
+)
+
+
+def sharing_resource(resource: str, config: TranslationConfig = DEFAULT_CONFIG) -> bool:
+    """Whether ``resource`` is a GPU-sharing qualifier (a fraction of a GPU: memory, cores, a
+    priority) rather than something ``config`` translates."""
+    return config.resolve(resource) is None and (
+        resource in HAMI_SHARING_RESOURCES or _SHARING_PATTERN.match(resource) is not None
+    )
+
+
+@dataclass(frozen=True)
+class SharedGPU:
+    """A container left untranslated because GPU-sharing resources qualify its GPU count."""
+
+    container: str  # "container cuda", "init container warmup", "sidecar log"
+    gpus: tuple[str, ...]  # the translatable resources it asks for, sorted
+    qualifiers: tuple[str, ...]  # the sharing resources beside them, sorted
+
+    @property
+    def problem(self) -> str:
+        return (
+            f"{self.container}: {', '.join(self.gpus)} qualified by {', '.join(self.qualifiers)} "
+            "(GPU sharing by HAMi or a similar scheduler: a fraction of a GPU, which a DRA claim of whole "
+            "devices cannot express); container left unchanged"
+        )
+
+    @property
+    def reason(self) -> str:
+        """The problem's reason in a few words (for a warning under 120 characters)."""
+        more = f" +{len(self.qualifiers) - 1}" if len(self.qualifiers) > 1 else ""
+        return f"{self.gpus[0]} shared via {self.qualifiers[0]}{more}: a DRA claim is whole GPUs"
+
+
 @dataclass
 class Translation:
     """The result of translating one pod spec."""
@@ -198,6 +248,7 @@ class Translation:
     problems: list[str] = field(default_factory=list)
     devices: dict[str, int] = field(default_factory=dict)
     resources: dict[str, int] = field(default_factory=dict)  # translated resource -> devices the pod gets
+    shared: list[SharedGPU] = field(default_factory=list)  # containers left alone for GPU sharing
 
 
 # ----------------------------------------------------------------------------- pods at admission
@@ -483,8 +534,11 @@ def _check(resource: str, limit: Any, request: Any) -> tuple[int | None, str | N
     return int(lim), None
 
 
-def _analyse(pod_spec: Mapping[str, Any], config: TranslationConfig) -> tuple[list[_Container], list[str]]:
-    """Translatable containers (with their counts) and what cannot be translated."""
+def _analyse(
+    pod_spec: Mapping[str, Any], config: TranslationConfig, shared: list[SharedGPU] | None = None
+) -> tuple[list[_Container], list[str]]:
+    """Translatable containers (with their counts) and what cannot be translated (containers left
+    alone for GPU sharing are also appended to ``shared``)."""
     result: list[_Container] = []
     problems: list[str] = []
     for position, (kind, fld, index, c) in enumerate(_containers(pod_spec)):
@@ -493,11 +547,27 @@ def _analyse(pod_spec: Mapping[str, Any], config: TranslationConfig) -> tuple[li
         resources = _as_dict(c.get("resources"))
         limits = _as_dict(resources.get("limits"))
         requests = _as_dict(resources.get("requests"))
+        names = sorted(str(r) for r in set(limits) | set(requests))
+        gpus = tuple(r for r in names if config.resolve(r) is not None)
+        qualifiers = tuple(r for r in names if gpus and sharing_resource(r, config))
+        if qualifiers:
+            # One request to a sharing scheduler: the whole container stays as it is. Its other
+            # unknown nvidia.com/ resources are still reported.
+            sharing = SharedGPU(label, gpus, qualifiers)
+            problems.append(sharing.problem)
+            if shared is not None:
+                shared.append(sharing)
+            problems.extend(
+                f"{label}: {r} is not a resource gpucluster translates; left as it is"
+                for r in names
+                if r not in gpus and r not in qualifiers and config.watched(r)
+            )
+            continue
         counts: dict[str, int] = {}
         originals: dict[str, str] = {}
         zeros: dict[str, str] = {}
         invalid: list[str] = []
-        for resource in sorted(set(limits) | set(requests)):
+        for resource in names:
             if config.resolve(resource) is None:
                 if config.watched(resource):
                     problems.append(f"{label}: {resource} is not a resource gpucluster translates; left as it is")
@@ -676,8 +746,9 @@ def translate_pod_spec(
     returned templates when given.
     """
     out = clone(dict(pod_spec))
-    containers, problems = _analyse(pod_spec, config)
-    translation = Translation(pod_spec=out, problems=problems)
+    shared: list[SharedGPU] = []
+    containers, problems = _analyse(pod_spec, config, shared)
+    translation = Translation(pod_spec=out, problems=problems, shared=shared)
     if not containers:
         return translation
     if existing_annotations and config.annotation in existing_annotations:

@@ -297,7 +297,10 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     except TypeError:  # orjson refuses it (a huge integer, say): no caching, same answer
         return _mutate_pod(request, cluster, settings)
     entries = _ANSWERS.entries(cluster)
-    answer = entries.get(key)
+    try:
+        answer = entries.get(key)
+    except TypeError:  # settings that cannot be hashed: no caching, same answer
+        return _mutate_pod(request, cluster, settings)
     if answer is None:
         verdict = _mutate_pod(request, cluster, settings, spec_key=key[0])
         answer = _shareable(verdict)
@@ -362,7 +365,15 @@ def _mutate_pod(
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
     translation, spec_ops = _CACHE.get(pod["spec"], spec_key, namespace, marker, config, config_key)
-    warnings = [_problem_warning(p) for p in translation.problems]
+    # A container left alone for GPU sharing gets the short form of its reason (the long one
+    # does not fit in a warning).
+    sharing = {shared.problem: shared for shared in translation.shared}
+    warnings = [
+        short_warning(sharing[p].reason, prefix=f"not translated: {sharing[p].container}:")
+        if p in sharing
+        else _problem_warning(p)
+        for p in translation.problems
+    ]
     if not translation.changed:
         return Verdict.allow(*warnings, outcome="skipped")
     bounds = bound_problems(translation, cluster, config)
