@@ -55,19 +55,17 @@ class AdmissionRequest:
 
 
 def _string(value: Any, where: str, *, required: bool = False) -> str:
+    if isinstance(value, str) and (value or not required):  # the usual case first
+        return value
     if value is None and not required:
         return ""
-    if not isinstance(value, str) or (required and not value):
-        raise ReviewDecodeError(f"{where} must be a non-empty string" if required else f"{where} must be a string")
-    return value
+    raise ReviewDecodeError(f"{where} must be a non-empty string" if required else f"{where} must be a string")
 
 
 def _object(value: Any, where: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ReviewDecodeError(f"{where} must be an object")
-    return value
+    if value is None or isinstance(value, dict):
+        return value
+    raise ReviewDecodeError(f"{where} must be an object")
 
 
 def _check_kind(obj: dict[str, Any] | None, where: str, group: str, version: str, kind: str) -> None:
@@ -96,39 +94,40 @@ def decode_review(body: bytes | str) -> AdmissionRequest:
     request = review.get("request")
     if not isinstance(request, dict):
         raise ReviewDecodeError("AdmissionReview has no request")
-    uid = _string(request.get("uid"), "request.uid", required=True)
-    kind_ref = _object(request.get("kind"), "request.kind") or {}
-    resource_ref = _object(request.get("resource"), "request.resource") or {}
-    operation = request.get("operation")
+    get = request.get
+    uid = get("uid")
+    if not isinstance(uid, str) or not uid:
+        uid = _string(uid, "request.uid", required=True)
+    kind_ref = _object(get("kind"), "request.kind") or {}
+    operation = get("operation")
     if operation not in _OPERATIONS:
         raise ReviewDecodeError(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
     kind = _string(kind_ref.get("kind"), "request.kind.kind", required=True)
     group = _string(kind_ref.get("group"), "request.kind.group")
     version = _string(kind_ref.get("version"), "request.kind.version")
-    obj = _object(request.get("object"), "request.object")
-    old_obj = _object(request.get("oldObject"), "request.oldObject")
-    for where, value in (("request.object", obj), ("request.oldObject", old_obj)):
-        _check_kind(value, where, group, version, kind)
-    user_info = _object(request.get("userInfo"), "request.userInfo") or {}
-    dry_run = request.get("dryRun", False)
+    obj = _object(get("object"), "request.object")
+    old_obj = _object(get("oldObject"), "request.oldObject")
+    _check_kind(obj, "request.object", group, version, kind)
+    _check_kind(old_obj, "request.oldObject", group, version, kind)
+    dry_run = get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise ReviewDecodeError("request.dryRun must be a boolean")
     return AdmissionRequest(
-        uid=uid,
-        group=group,
-        version=version,
-        kind=kind,
-        resource=_string(resource_ref.get("resource"), "request.resource.resource"),
-        sub_resource=_string(request.get("subResource"), "request.subResource"),
-        operation=operation,
-        name=_string(request.get("name"), "request.name"),
-        namespace=_string(request.get("namespace"), "request.namespace"),
-        obj=obj,
-        old_obj=old_obj,
-        dry_run=dry_run,
-        user=_string(user_info.get("username"), "request.userInfo.username"),
-        review_api_version=str(api_version),
-        raw=request,
+        uid,
+        group,
+        version,
+        kind,
+        _string((_object(get("resource"), "request.resource") or {}).get("resource"), "request.resource.resource"),
+        _string(get("subResource"), "request.subResource"),
+        operation,
+        _string(get("name"), "request.name"),
+        _string(get("namespace"), "request.namespace"),
+        obj,
+        old_obj,
+        dry_run,
+        _string((_object(get("userInfo"), "request.userInfo") or {}).get("username"), "request.userInfo.username"),
+        str(api_version),
+        request,
     )
 
 
