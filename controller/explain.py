@@ -79,6 +79,9 @@ class Explainer:
     clock: Callable[[], float] = time.monotonic
     worker: AllocatorWorker | None = None
     pass_budget: float = 10.0
+    # What the allocator follows: kubernetes_version and feature_gates (the controller sets
+    # the server's version and the --feature-gates overrides).
+    allocator_options: dict[str, Any] = field(default_factory=dict)
     _last: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def _candidates(self) -> tuple[list[dict[str, Any]], list[Candidate]]:
@@ -133,7 +136,7 @@ class Explainer:
         out = []
         for candidate in candidates:
             try:
-                reason = fit(candidate[3], cluster).one_line()
+                reason = fit(candidate[3], cluster, **self.allocator_options).one_line()
             except AllocatorInputError as exc:
                 reason = str(exc)
             if (found := self._conclude(candidate, reason)) is not None:
@@ -150,21 +153,24 @@ class Explainer:
         for candidate in candidates:
             if time.monotonic() >= ends:
                 break  # the rest are explained in a later pass
-            reason = await _fit_offloaded(worker, candidate[3], cluster)
+            reason = await _fit_offloaded(worker, candidate[3], cluster, self.allocator_options)
             if (found := self._conclude(candidate, reason)) is not None:
                 out.append(found)
         return out
 
 
 async def _fit_offloaded(
-    worker: AllocatorWorker, claims: list[dict[str, Any]], cluster: list[dict[str, Any]]
+    worker: AllocatorWorker,
+    claims: list[dict[str, Any]],
+    cluster: list[dict[str, Any]],
+    options: Mapping[str, Any],
 ) -> str | None:
     """Why ``claims`` do not fit now (None: they do), and whether they would fit on empty nodes
     (the worker's two answers in the words of ``allocator.Fit.one_line``)."""
-    now = await worker.check_async(claims, cluster)
+    now = await worker.check_async(claims, cluster, **options)
     if now.incomplete or not now.reason or not any(obj.get("kind") == "ResourceClaim" for obj in cluster):
         return now.incomplete or now.reason
-    empty = await worker.check_async(claims, cluster, assume_empty=True)
+    empty = await worker.check_async(claims, cluster, **options, assume_empty=True)
     if empty.incomplete:
         return f"{now.reason}; on empty nodes: {empty.incomplete}"
     if empty.reason is None:

@@ -345,12 +345,17 @@ async def run_controller(
     leader_election: bool = True,
     template_grace_period: float = DEFAULT_GRACE_PERIOD,
     delete_stranded_pods: bool = False,
+    allocator_options: Mapping[str, Any] | None = None,
 ) -> Controller:
-    """Run the controller until ``stop`` is set; serves /healthz, /readyz, /metrics on ``health_port``."""
+    """Run the controller until ``stop`` is set; serves /healthz, /readyz, /metrics on ``health_port``.
+
+    ``allocator_options`` (kubernetes_version, feature_gates) are what pending pods are explained with.
+    """
     controller = Controller(
         kube, namespace=namespace, env=env, leader_election=leader_election,
         template_grace_period=template_grace_period, delete_stranded_pods=delete_stranded_pods,
     )  # fmt: skip
+    controller.explainer.allocator_options = dict(allocator_options or {})
     runner = None
     if health_port is not None:
         runner = web.AppRunner(health_app(controller), access_log=None)

@@ -14,7 +14,13 @@ TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"
 
 @dataclass(frozen=True)
 class Settings:
-    """Webhook behaviour. ``operator_namespace`` is excluded from translation."""
+    """Webhook behaviour. ``operator_namespace`` is excluded from translation.
+
+    ``kubernetes_version`` and ``feature_gates`` (overrides of that version's DRA gate defaults,
+    :mod:`gpucluster.dra.gates`) are what the claim feasibility check allocates with.
+    """
 
     translation_mode: TranslationMode = "auto"
     operator_namespace: str = "gpu-operator"
+    kubernetes_version: str = "1.34"
+    feature_gates: tuple[tuple[str, bool], ...] = ()

@@ -6,14 +6,20 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import signal
+from typing import Any
 
 from controller.runtime import run_controller
 from gpucluster import logs
 from gpucluster.commands import Subparsers
+from gpucluster.dra import gates
+from gpucluster.dra.model import AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
-from gpucluster.kube.client import Kube
+from gpucluster.kube.client import Kube, KubeError
+
+log = logging.getLogger("gpucluster.controller")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -41,6 +47,13 @@ def register(subparsers: Subparsers) -> None:
         action="store_true",
         help="delete controller-owned pods admitted untranslated while the webhook was down, so they are recreated",
     )
+    parser.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        default="",
+        help="DRA feature gates of the cluster, for explaining pending pods "
+        "(default: Kubernetes' for the server's version, from /version)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
@@ -48,6 +61,11 @@ def register(subparsers: Subparsers) -> None:
 
 async def _main(args: argparse.Namespace) -> None:
     kube = await Kube.connect(args.kubeconfig)
+    try:
+        options = await allocator_options(kube, args.feature_gates)
+    except BaseException:
+        await kube.close()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -58,13 +76,40 @@ async def _main(args: argparse.Namespace) -> None:
             kube, args.namespace, dict(os.environ), stop,
             health_port=args.health_port, leader_election=not args.no_leader_election,
             template_grace_period=args.claim_template_grace_period, delete_stranded_pods=args.delete_stranded_pods,
+            allocator_options=options,
         )  # fmt: skip
     finally:
         await kube.close()
 
 
+async def allocator_options(kube: Kube, text: str) -> dict[str, Any]:
+    """The server's allocator version (``/version``; 1.34 when unreadable) and ``--feature-gates``
+    checked against it: what pending pods are explained with."""
+    try:
+        version = gates.supported_version(await kube.get("/version"))
+    except (KubeError, OSError) as exc:
+        log.warning("cannot read the server version, explaining with Kubernetes 1.34 error=%s", exc)
+        version = "1.34"
+    try:
+        overrides = gates.setting(text, version)
+    except AllocatorInputError as exc:
+        raise InputError(f"--feature-gates: {exc}") from None
+    effective = gates.resolve(version, overrides)
+    log.info(
+        "pending pods are explained with kubernetesVersion=%s featureGates=%s",
+        version,
+        ",".join(f"{name}={str(on).lower()}" for name, on in sorted(effective.items())),
+    )
+    return {"kubernetes_version": version, "feature_gates": overrides}
+
+
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
+    if args.feature_gates:
+        try:
+            gates.parse(args.feature_gates)  # malformed before connecting; versions once connected
+        except AllocatorInputError as exc:
+            raise InputError(f"--feature-gates: {exc}") from None
     if args.claim_template_grace_period < 0:
         raise InputError(f"--claim-template-grace-period {args.claim_template_grace_period}: must not be negative")
     gc.collect()

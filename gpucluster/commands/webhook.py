@@ -5,23 +5,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
 from gpucluster.clusterstate import ClusterState
 from gpucluster.commands import Subparsers
-from gpucluster.dra import worker
+from gpucluster.dra import gates, worker
+from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
-from gpucluster.kube.client import Kube
+from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
 from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
 from webhook.server import ServerLimits, build_app, default_host, serve
 from webhook.settings import TRANSLATION_MODES, Settings
 from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
+
+log = logging.getLogger("gpucluster.webhook")
 
 # What the rules read: the GPU management models, DeviceClasses and slices for claim checks,
 # namespaces for opt-outs and the admin-access label.
@@ -127,6 +132,19 @@ def register(subparsers: Subparsers) -> None:
         help="comma-separated names the certificate must cover, or '' for no check "
         "(default <service-name>.<operator-namespace>.svc)",
     )
+    dra = parser.add_argument_group("claim feasibility check")
+    dra.add_argument(
+        "--kubernetes-version",
+        choices=SUPPORTED_VERSIONS,
+        default=None,
+        help="allocator semantics to follow (default: the server's, from /version; 1.34 with --cluster)",
+    )
+    dra.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        default="",
+        help=f"DRA feature gates of the cluster (default: Kubernetes' for the version): {', '.join(gates.GATES)}",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
@@ -140,6 +158,23 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
     return value
+
+
+def feature_gates(text: str, version: str) -> tuple[tuple[str, bool], ...]:
+    """``--feature-gates`` checked against ``version``, as :class:`Settings` holds it."""
+    try:
+        return tuple(sorted(gates.setting(text, version).items()))
+    except AllocatorInputError as exc:
+        raise InputError(f"--feature-gates: {exc}") from None
+
+
+async def server_version(kube: Kube) -> str:
+    """The allocator version of the server (``/version``); 1.34 when it cannot be read."""
+    try:
+        return gates.supported_version(await kube.get("/version"))
+    except (KubeError, OSError) as exc:
+        log.warning("cannot read the server version, following Kubernetes 1.34 error=%s", exc)
+        return "1.34"
 
 
 def self_signed_dir(service: str, namespace: str) -> Path:
@@ -171,6 +206,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --cert-dir DIR or --self-signed")
     static = ClusterState.from_objects(load_objects(args.cluster)) if args.cluster else None
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
+    # Checked now against the version given (or the one assumed until the server answers), and
+    # again against the server's version once it is known.
+    version = args.kubernetes_version or "1.34"
+    settings = replace(settings, kubernetes_version=version, feature_gates=feature_gates(args.feature_gates, version))
     try:
         args.client_ca = load_ca_bundle(Path(args.client_ca_file)) if args.client_ca_file else None
     except ClientAuthError as exc:
@@ -208,17 +247,35 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings, static: ClusterState | None) -> None:
     if static is not None:
+        _log_gates(settings)
         app = build_app(static, settings, tls=tls, limits=args.limits)
         protect(app, tls, args.client_ca)
         await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
         return
     kube = await Kube.connect(args.kubeconfig)
-    cluster = ClusterState()
-    reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
     try:
-        app = build_app(cluster, settings, tls=tls, limits=args.limits)
-        protect(app, tls, args.client_ca)
-        await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+        if args.kubernetes_version is None:
+            version = await server_version(kube)
+            settings = replace(
+                settings, kubernetes_version=version, feature_gates=feature_gates(args.feature_gates, version)
+            )
+        _log_gates(settings)
+        cluster = ClusterState()
+        reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
+        try:
+            app = build_app(cluster, settings, tls=tls, limits=args.limits)
+            protect(app, tls, args.client_ca)
+            await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+        finally:
+            reflectors.cancel()
     finally:
-        reflectors.cancel()
         await kube.close()
+
+
+def _log_gates(settings: Settings) -> None:
+    effective = gates.resolve(settings.kubernetes_version, dict(settings.feature_gates))
+    log.info(
+        "claim checks follow kubernetesVersion=%s featureGates=%s",
+        settings.kubernetes_version,
+        ",".join(f"{name}={str(on).lower()}" for name, on in sorted(effective.items())),
+    )

@@ -105,3 +105,22 @@ _BOOLS = {
     **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
     **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
 }
+
+
+def supported_version(info: Mapping[str, object]) -> str:
+    """The allocator version for a server's ``/version`` answer: its ``major.minor`` when
+    supported, else the nearest supported one (the newest for newer servers)."""
+    minor = "".join(ch for ch in str(info.get("minor", "")) if ch.isdigit())
+    found = f"{info.get('major', '1')}.{minor}"
+    if found in SUPPORTED_VERSIONS:
+        return found
+    newest = SUPPORTED_VERSIONS[-1]
+    return newest if minor and int(minor) > int(newest.split(".")[1]) else SUPPORTED_VERSIONS[0]
+
+
+def setting(text: str, version: str) -> dict[str, bool]:
+    """A ``--feature-gates`` value checked against ``version`` (unknown, malformed or locked
+    gates are errors): the overrides to pass as the allocator's ``feature_gates``."""
+    overrides = parse(text)
+    resolve(version, overrides)
+    return overrides

@@ -65,6 +65,10 @@ def _bool(description: str) -> Schema:
     return {"type": "boolean", "description": description}
 
 
+# One --feature-gates entry: a gate name and a value strconv.ParseBool accepts.
+_GATE = "[A-Za-z0-9]+=(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)"
+
+
 def build_schema() -> Schema:
     spec = gpucluster_schema()["properties"]["spec"]["properties"]
     kubelet = spec["draDriver"]["properties"]["gpus"]["properties"]["kubeletPlugin"]["properties"]
@@ -158,6 +162,11 @@ def build_schema() -> Schema:
                 "affinity": {"type": "object", "description": "Affinity of the operator pods."},
                 "labels": string_map,
                 "annotations": string_map,
+                "featureGates": _str(
+                    "DRA feature gates of the cluster (Name=bool,...) for the webhook's claim checks and the "
+                    "controller's explanations; empty: Kubernetes' defaults for the server's version.",
+                    pattern=f"^$|^{_GATE}(,{_GATE})*$",
+                ),
                 "logging": _obj(
                     {
                         "format": {"type": "string", "enum": ["text", "json"]},

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
+from gpucluster.dra import gates
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
 from gpucluster.dra.worker import shared_worker
 from webhook.review import AdmissionRequest, Verdict, short_warning
@@ -99,13 +100,19 @@ def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[
     return missing
 
 
-def _why_not(claim: Mapping[str, Any], cluster: ClusterState) -> str | None:
+def _why_not(claim: Mapping[str, Any], cluster: ClusterState, settings: Settings) -> str | None:
     """A warning when no node can ever satisfy the claim (or the check was cut short), else None.
 
-    The allocator runs in a worker process with a deadline (:mod:`gpucluster.dra.worker`).
+    The allocator runs in a worker process with a deadline (:mod:`gpucluster.dra.worker`), with
+    the settings' Kubernetes version and feature gates.
     """
     objects = [*cluster.list("ResourceSlice"), *cluster.list("DeviceClass"), *cluster.list("Node")]
-    result = shared_worker().check([dict(claim)], objects)
+    result = shared_worker().check(
+        [dict(claim)],
+        objects,
+        kubernetes_version=settings.kubernetes_version,
+        feature_gates=dict(settings.feature_gates),
+    )
     if result.incomplete:
         return result.incomplete
     return f"unsatisfiable: {result.reason}" if result.reason else None
@@ -119,13 +126,15 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
     namespace = request.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
     problems: list[str] = []
     reads: frozenset[tuple[str, ...]] = frozenset()
+    # DRAConsumableCapacity declares device.allowMultipleAllocations in selectors.
+    consumable = gates.resolve(settings.kubernetes_version, dict(settings.feature_gates))[gates.CONSUMABLE_CAPACITY]
     for name, index, expression in _selectors(spec):
         where = f"request {name}: selector #{index}"
         if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
             problems.append(f"{where}: expression is {len(expression.encode())} bytes, longer than the 10 KiB limit")
             continue
         try:
-            reads |= compile_selector(expression).reads
+            reads |= compile_selector(expression, consumable_capacity=consumable).reads
         except CelCompileError as exc:
             problems.append(f"{where}: compile error at {exc.line}:{exc.column}: {exc.message}")
     if problems:
@@ -153,7 +162,7 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
                 )
             )
         elif not admin:
-            why = _why_not({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": request.name or "claim", "namespace": namespace}, "spec": spec}, cluster)  # fmt: skip
+            why = _why_not({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": request.name or "claim", "namespace": namespace}, "spec": spec}, cluster, settings)  # fmt: skip
             if why:
                 warnings.append(short_warning(why))
     return Verdict.allow(*warnings)
