@@ -144,6 +144,12 @@ def test_unbounded_as_in_kubernetes(expression: str) -> None:
     assert info.value.message.startswith("too complex, exceeds cost limit")
 
 
+def test_presence_tests_are_free() -> None:
+    # environment/base.go: cel.CostEstimatorOptions(checker.PresenceTestHasCost(false))
+    assert estimate(f"has({D}.name)") == 3
+    assert estimate(f'has({D}.name) && {D}.name == "x"') == 3 + 5
+
+
 def test_quantity_and_semver_equality_cost_one() -> None:
     # library.CostEstimator: == on Quantity and Semver is O(1).
     assert estimate('quantity("1Gi") == quantity("1024Mi")') == 1 + 1 + 1

@@ -6,8 +6,8 @@ Kubernetes estimates every DRA selector with cel-go's ``checker.Cost`` together 
 ``resourceapi.CELSelectorExpressionMaxCost`` (1,000,000): ``too complex, exceeds cost limit``.
 This module ports those rules (it reproduces the ``expectCost`` figures of ``compile_test.go``):
 
-* identifiers and field selections on maps/objects cost 1, constants 0, ``has()`` 1 plus its
-  operand; list/map/object literals cost 10/30/40 plus their parts;
+* identifiers and field selections on maps/objects cost 1, constants 0, ``has()`` its operand
+  (the base environment's ``PresenceTestHasCost(false)``); list/map/object literals cost 10/30/40 plus their parts;
 * calls cost 1 plus their arguments, except where a size-dependent rule applies: string
   comparisons and ``==``/``!=`` cost ``ceil(0.1 * smaller size)``, string ``+`` ``ceil(0.1 *
   result size)``, ``contains`` the product of both traversals, ``matches``/``find`` the string
@@ -260,7 +260,9 @@ class _Coster:
         return cost
 
     def _Has(self, node: ast.Has) -> int:
-        return _add(1, self.cost(node.operand))
+        # Kubernetes' base environment keeps has() free (PresenceTestHasCost(false)): only the
+        # operand counts, the tested field does not.
+        return self.cost(node.operand)
 
     def _Index(self, node: ast.Index) -> int:
         cost = _add(_add(self.cost(node.operand), self.cost(node.index)), 1)
