@@ -7,8 +7,8 @@ Rules only read it, so a pod admission never makes an API call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, cast
 
 KubeObject = dict[str, Any]
 
@@ -41,6 +41,9 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+T = TypeVar("T")
+
+
 class ClusterState:
     """Objects by kind, with a generation counter that derived indexes can key their caches on."""
 
@@ -49,6 +52,24 @@ class ClusterState:
         self._synced: set[str] = set()
         self._lock = threading.Lock()
         self.generation = 0
+        self._kind_generations: dict[str, int] = {}
+        self._derived: dict[str, tuple[Any, Any]] = {}
+
+    def derived(self, key: str, build: Callable[[ClusterState], T], kinds: Iterable[str] | None = None) -> T:
+        """``build(self)``, kept on this view until it changes: any change, or with ``kinds`` only a
+        change of those kinds (an index of ResourceSlices survives template churn). A cache kept on
+        the view, not process-wide: two views whose counters agree are never mixed up."""
+        stamp: Any = self.generation if kinds is None else tuple(self._kind_generations.get(k, 0) for k in kinds)
+        found = self._derived.get(key)
+        if found is not None and found[0] == stamp:
+            return cast(T, found[1])
+        value = build(self)
+        self._derived[key] = (stamp, value)
+        return value
+
+    def _changed(self, kind: str) -> None:
+        self.generation += 1
+        self._kind_generations[kind] = self._kind_generations.get(kind, 0) + 1
 
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterState:
@@ -68,17 +89,17 @@ class ClusterState:
         with self._lock:
             self._objects[kind] = {object_key(o): o for o in objects}
             self._synced.add(kind)
-            self.generation += 1
+            self._changed(kind)
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         with self._lock:
             self._objects.setdefault(kind, {})[object_key(obj)] = obj
-            self.generation += 1
+            self._changed(kind)
 
     def delete(self, kind: str, obj: Mapping[str, Any]) -> None:
         with self._lock:
             self._objects.setdefault(kind, {}).pop(object_key(obj), None)
-            self.generation += 1
+            self._changed(kind)
 
     def list(self, kind: str) -> list[KubeObject]:
         return list(self._objects.get(kind, {}).values())

@@ -66,28 +66,17 @@ def _admin_access(spec: Mapping[str, Any]) -> list[str]:
     return names
 
 
-class _Published:
-    """Attribute names the cluster's devices publish, per domain; rebuilt when the view changes."""
-
-    def __init__(self) -> None:
-        self.generation = -1
-        self.attributes: dict[str, set[str]] = {}
-
-    def get(self, cluster: ClusterState) -> dict[str, set[str]]:
-        if cluster.generation != self.generation:
-            attributes: dict[str, set[str]] = {}
-            for resource_slice in cluster.list("ResourceSlice"):
-                spec = resource_slice.get("spec") or {}
-                driver = str(spec.get("driver") or "")
-                for device in spec.get("devices") or []:
-                    for name in (device.get("attributes") or {}) if isinstance(device, dict) else ():
-                        domain, _, ident = name.partition("/") if "/" in name else (driver, "", name)
-                        attributes.setdefault(domain or driver, set()).add(ident)
-            self.attributes, self.generation = attributes, cluster.generation
-        return self.attributes
-
-
-_PUBLISHED = _Published()
+def published_attributes(cluster: ClusterState) -> dict[str, set[str]]:
+    """Attribute names the cluster's devices publish, per domain."""
+    attributes: dict[str, set[str]] = {}
+    for resource_slice in cluster.list("ResourceSlice"):
+        spec = resource_slice.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        for device in spec.get("devices") or []:
+            for name in (device.get("attributes") or {}) if isinstance(device, dict) else ():
+                domain, _, ident = name.partition("/") if "/" in name else (driver, "", name)
+                attributes.setdefault(domain or driver, set()).add(ident)
+    return attributes
 
 
 def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[str]]) -> list[str]:
@@ -154,7 +143,9 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
         return Verdict.allow()
     warnings = []
     if cluster.list("ResourceSlice"):
-        missing = _unpublished(reads, _PUBLISHED.get(cluster))
+        missing = _unpublished(
+            reads, cluster.derived("published-attributes", published_attributes, kinds=("ResourceSlice",))
+        )
         if missing:
             warnings.append(
                 short_warning(

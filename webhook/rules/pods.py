@@ -450,25 +450,10 @@ def _published(cluster: ClusterState) -> Published:
     return Published(frozenset(profiles) if nvidia_devices else None)
 
 
-_PUBLISHED: dict[int, tuple[tuple[int, ...], Published]] = {}
-
-
 def published(cluster: ClusterState) -> Published:
-    """The MIG profiles of the view, recomputed only when its ResourceSlices changed.
-
-    Watches replace an object on every change, so the identities of the cached slices say
-    whether any changed: a cheap key even with thousands of nodes, which other kinds' churn
-    (templates, namespaces) leaves alone.
-    """
-    key = tuple(map(id, cluster.list("ResourceSlice")))
-    found = _PUBLISHED.get(id(cluster))
-    if found is not None and found[0] == key:
-        return found[1]
-    value = _published(cluster)
-    if len(_PUBLISHED) > 16:
-        _PUBLISHED.clear()
-    _PUBLISHED[id(cluster)] = (key, value)
-    return value
+    """The MIG profiles of the view, recomputed only when its ResourceSlices changed (other kinds'
+    churn, templates and namespaces, leaves the index alone)."""
+    return cluster.derived("published-mig-profiles", _published, kinds=("ResourceSlice",))
 
 
 def bound_problems(translation: Translation, cluster: ClusterState, config: TranslationConfig) -> list[str]:
