@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from sandbox.server import SandboxThread
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -12,3 +17,16 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="module")
+def sb() -> Iterator[SandboxThread]:
+    """A plain sandbox (no simulated cluster) on its own loop in a thread, shared by a test module."""
+    from sandbox.server import SandboxThread
+
+    runner = SandboxThread()
+    runner.start()
+    try:
+        yield runner
+    finally:
+        runner.stop()

@@ -7,7 +7,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,13 +46,8 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxThread]:
-    runner = SandboxThread()
-    runner.start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
+def sandbox(sb: SandboxThread) -> SandboxThread:
+    return sb
 
 
 def kubectl(kubeconfig: Path, *args: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,6 @@ pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not 
 Obj = dict[str, Any]
 RBAC_API = "rbac.authorization.k8s.io"
 SA_GROUPS = '["system:serviceaccounts" "system:serviceaccounts:default" "system:authenticated"]'
-
-
-@pytest.fixture(scope="module")
-def sb() -> Iterator[SandboxThread]:
-    runner = SandboxThread()
-    runner.start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
 
 
 def service_account(s: Sandbox, name: str, namespace: str = "default") -> str:

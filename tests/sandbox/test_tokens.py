@@ -8,7 +8,6 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,6 @@ from tests.sandbox.conftest import KUBECTL
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 Obj = dict[str, Any]
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def sb() -> Iterator[SandboxThread]:
-    runner = SandboxThread()
-    runner.start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
 
 
 def kubectl(sandbox: Sandbox, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
