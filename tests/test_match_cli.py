@@ -78,3 +78,27 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     bad.write_text("kind: [\n")
     out = match("-e", "true", "-f", str(bad))
     assert out.returncode == 2 and "invalid YAML" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_json_output_is_streamed_row_by_row_and_reads_as_one_document() -> None:
+    """``-o json`` writes each row as it is evaluated (never the whole answer at once), and the
+    stream is exactly ``json.dumps(rows, indent=2)``."""
+    import io
+
+    from gpucluster.commands.match import _write_json_stream
+
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return super().write(text)
+
+    rows = [{"device": f"gpu-{i}", "outcome": "match", "message": "a\nb"} for i in range(3)]
+    out = Recorder()
+    _write_json_stream(iter(rows), out)
+    assert out.getvalue() == json.dumps(rows, indent=2) + "\n"
+    assert len(writes) == len(rows) + 1  # one write per row, then the closing bracket
+    empty = io.StringIO()
+    _write_json_stream(iter([]), empty)
+    assert json.loads(empty.getvalue()) == []

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
 
 from gpucluster.commands import Subparsers
 from gpucluster.dra import gates
@@ -42,9 +43,7 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _rows(
-    slices: list[dict[str, Any]], expressions: list[str], *, consumable_capacity: bool = False
-) -> list[dict[str, Any]]:
+def _programs(expressions: list[str], *, consumable_capacity: bool) -> list[Any]:
     programs = []
     for index, expression in enumerate(expressions):
         size = len(expression.encode())
@@ -54,7 +53,10 @@ def _rows(
             programs.append(compile_selector(expression, consumable_capacity=consumable_capacity))
         except CelCompileError as exc:
             raise InputError(f"expression #{index}: compile error at {exc}") from None
-    rows = []
+    return programs
+
+
+def _each_row(slices: list[dict[str, Any]], programs: list[Any]) -> Iterator[dict[str, Any]]:
     for resource_slice in slices:
         spec = resource_slice["spec"]
         pool = str((spec.get("pool") or {}).get("name", ""))
@@ -64,11 +66,25 @@ def _rows(
                     outcome, message = ("match" if program.evaluate(view) else "nomatch"), ""
                 except CelRuntimeError as exc:
                     outcome, message = "error", str(exc)
-                rows.append(
-                    {"driver": view.driver, "pool": pool, "device": view.name, "expression": index,
-                     "outcome": outcome, "message": message}
-                )  # fmt: skip
-    return rows
+                yield {"driver": view.driver, "pool": pool, "device": view.name, "expression": index,
+                       "outcome": outcome, "message": message}  # fmt: skip
+
+
+def _rows(
+    slices: list[dict[str, Any]], expressions: list[str], *, consumable_capacity: bool = False
+) -> list[dict[str, Any]]:
+    return list(_each_row(slices, _programs(expressions, consumable_capacity=consumable_capacity)))
+
+
+def _write_json_stream(rows: Iterable[dict[str, Any]], out: TextIO) -> None:
+    """What ``json.dumps(list(rows), indent=2)`` prints, written row by row: the answer for 20,000
+    devices is tens of MB, and it never has to be in memory at once."""
+    first = True
+    for row in rows:
+        body = json.dumps(row, indent=2).replace("\n", "\n  ")
+        out.write(("[\n  " if first else ",\n  ") + body)
+        first = False
+    out.write("[]\n" if first else "\n]\n")
 
 
 def _slices(path: str) -> list[dict[str, Any]]:
@@ -109,10 +125,12 @@ def run(args: argparse.Namespace) -> int:
     except AllocatorInputError as exc:
         raise InputError(f"--feature-gates: {exc}") from None
     slices = _slices(args.filename)
-    rows = _rows(slices, args.expression, consumable_capacity=enabled[gates.CONSUMABLE_CAPACITY])
+    programs = _programs(args.expression, consumable_capacity=enabled[gates.CONSUMABLE_CAPACITY])
     if args.output == "json":
-        print(json.dumps(rows, indent=2))
-    elif args.output == "summary":
+        _write_json_stream(_each_row(slices, programs), sys.stdout)
+        return EXIT_OK
+    rows = list(_each_row(slices, programs))
+    if args.output == "summary":
         summary = [{"expression": i, "match": 0, "nomatch": 0, "error": 0} for i in range(len(args.expression))]
         for row in rows:
             summary[row["expression"]][row["outcome"]] += 1
