@@ -1,8 +1,9 @@
 """Start-up and dump loading, as whole processes (first runs only, as users run the commands).
 
-A 1,000-node x 8-GPU cluster (ResourceSlices, Nodes, a DeviceClass) is written as a kubectl-style
-``List`` in YAML and in JSON; each figure is the fastest of a few fresh processes, next to its floor
-measured in the same run (``python -c pass``, ``json.load`` of the JSON dump).
+Clusters of 100, 1,000 and 5,000 nodes x 8 GPUs (ResourceSlices, Nodes, a DeviceClass) are written
+as kubectl-style ``List`` dumps in YAML and in JSON; each figure is the fastest of a few fresh
+processes (one at 5,000 nodes), next to its floor measured in the same run (``python -c pass``,
+``json.load`` of the JSON dump), with the peak RSS of ``explain`` and ``match -o json``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from gpucluster.dra import simulate
 from tests.bench.bench_explain import _CLASS, _claim
 
-NODES = 1000
+SIZES = (100, 1000, 5000)
 GPUS = 8
 RUNS = 3
 
@@ -52,47 +53,114 @@ def run() -> list[dict[str, Any]]:
             "ok": version <= 5 * bare,
         },
     ]
+    for nodes in SIZES:
+        rows += _dump_rows(nodes, runs=RUNS if nodes <= 1000 else 1)
+    return rows
+
+
+def _peak(argv: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of one fresh process running ``argv``."""
+    probe = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "subprocess.run(sys.argv[1:], capture_output=True, check=False); "
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=900, check=True)
+    seconds, kilobytes = out.stdout.split()
+    return float(seconds), int(kilobytes) / 1024
+
+
+def _dump_rows(nodes: int, *, runs: int) -> list[dict[str, Any]]:
+    """First runs of loading, explain and match over one cluster dump, YAML and JSON."""
+    py = sys.executable
+    rows: list[dict[str, Any]] = []
     cluster = {
         "apiVersion": "v1",
         "kind": "List",
         "items": [
-            *simulate.cluster_slices(NODES, GPUS, model="H100"),
-            *simulate.cluster_nodes(NODES, GPUS, model="H100"),
+            *simulate.cluster_slices(nodes, GPUS, model="H100"),
+            *simulate.cluster_nodes(nodes, GPUS, model="H100"),
             _CLASS,
         ],
     }
+    selectors = [
+        'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"',
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+        'device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan(semver("550.0.0"))',
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         (d / "cluster.json").write_text(json.dumps(cluster, indent=4))
         (d / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False, default_flow_style=False))
         (d / "claim.yaml").write_text(yaml.safe_dump(_claim("NVIDIA H100 80GB HBM3")))
-        floor = _fastest([py, "-c", f"import json; json.load(open({str(d / 'cluster.json')!r}))"])
+        floor = _fastest([py, "-c", f"import json; json.load(open({str(d / 'cluster.json')!r}))"], runs)
         rows.append(
-            {"name": f"json.load, {NODES}-node JSON dump", "value": floor, "unit": "ms", "target": None, "ok": None}
+            {"name": f"json.load, {nodes}-node JSON dump", "value": floor, "unit": "ms", "target": None, "ok": None}
         )
         for fmt, factor in (("yaml", 15), ("json", 5)):
             path = d / f"cluster.{fmt}"
             size = path.stat().st_size / 1e6
-            load = _fastest(_load(path))
             rows.append(
                 {
-                    "name": f"load_objects, {NODES}-node {fmt.upper()} dump ({size:.0f} MB)",
-                    "value": load,
+                    "name": f"load_objects, {nodes}-node {fmt.upper()} dump ({size:.0f} MB)",
+                    "value": _fastest(_load(path), runs),
                     "unit": "ms",
                     "target": None,
                     "ok": None,
                 }
             )
-            explain = _fastest(
-                [py, "-m", "gpucluster.cli", "explain", "--claim", str(d / "claim.yaml"), "--cluster", str(path)]
-            )
+            explain_argv = [
+                py,
+                "-m",
+                "gpucluster.cli",
+                "explain",
+                "--claim",
+                str(d / "claim.yaml"),
+                "--cluster",
+                str(path),
+            ]
+            explain = _fastest(explain_argv, runs)
+            target = f"<= {factor}x json.load ({factor * floor:.0f} ms)" if nodes == 1000 else None
             rows.append(
                 {
-                    "name": f"gpucluster explain, {NODES}-node {fmt.upper()} dump (process)",
+                    "name": f"gpucluster explain, {nodes}-node {fmt.upper()} dump (first run, process)",
                     "value": explain,
                     "unit": "ms",
-                    "target": f"<= {factor}x json.load ({factor * floor:.0f} ms)",
-                    "ok": explain <= factor * floor,
+                    "target": target,
+                    "ok": explain <= factor * floor if target else None,
                 }
             )
+            match_argv = [
+                py,
+                "-m",
+                "gpucluster.cli",
+                "match",
+                *(a for e in selectors for a in ("-e", e)),
+                "-f",
+                str(path),
+                "-o",
+                "json",
+            ]
+            for name, argv in (("explain", explain_argv), ("match -o json, 3 selectors", match_argv)):
+                seconds, rss = _peak(argv)
+                limit = nodes == 5000 and fmt == "yaml"
+                if name.startswith("match"):
+                    rows.append(
+                        {
+                            "name": f"gpucluster {name}, {nodes}-node {fmt.upper()} dump (first run, process)",
+                            "value": seconds * 1000,
+                            "unit": "ms",
+                            "target": None,
+                            "ok": None,
+                        }
+                    )
+                rows.append(
+                    {
+                        "name": f"gpucluster {name}, {nodes}-node {fmt.upper()} dump: peak RSS",
+                        "value": rss,
+                        "unit": "MB",
+                        "target": "<= 1024 MB" if limit else None,
+                        "ok": rss <= 1024 if limit else None,
+                    }
+                )
     return rows
