@@ -144,12 +144,15 @@ def unauthorized() -> ApiError:
 
 
 def forbidden(group: str, resource: str, name: str, why: str) -> ApiError:
-    return ApiError(
-        403,
-        "Forbidden",
-        f'{_qualified(resource, group)} "{name}" is forbidden: {why}',
-        details=_details(name, group, resource),
-    )
+    """apierrors.NewForbidden: without a name ``<resource> is forbidden: ...``, without a resource
+    (a non-resource URL) ``forbidden: ...``."""
+    if not resource:
+        message = f"forbidden: {why}"
+    elif name:
+        message = f'{_qualified(resource, group)} "{name}" is forbidden: {why}'
+    else:
+        message = f"{_qualified(resource, group)} is forbidden: {why}"
+    return ApiError(403, "Forbidden", message, details=_details(name, group, resource))
 
 
 def internal(message: str) -> ApiError:

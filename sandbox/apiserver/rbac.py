@@ -136,25 +136,6 @@ def forbidden_message(user: str, info: RequestInfo) -> str:
     )
 
 
-def forbidden_error(group: str, resource: str, name: str, why: str) -> ApiError:
-    """apierrors.NewForbidden: an empty group/resource reads ``forbidden: ...``."""
-    qualified = f"{resource}.{group}" if group and resource else resource
-    if not qualified:
-        message = f"forbidden: {why}"
-    elif name:
-        message = f'{qualified} "{name}" is forbidden: {why}'
-    else:
-        message = f"{qualified} is forbidden: {why}"
-    details: Obj = {}
-    if name:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    if resource:
-        details["kind"] = resource
-    return ApiError(403, "Forbidden", message, details=details)
-
-
 # ---------------------------------------------------------------- rules
 
 
@@ -382,8 +363,8 @@ class Authorizer:
         self.denials.append((user.username, message))
         log.info("forbidden user=%s %s", user.username, message)
         if not info.resource_request:
-            raise forbidden_error("", "", "", message)
-        raise forbidden_error(info.api_group, info.resource, info.name, message)
+            raise errors.forbidden("", "", "", message)
+        raise errors.forbidden(info.api_group, info.resource, info.name, message)
 
 
 # ---------------------------------------------------------------- escalation checks (pure)
@@ -564,10 +545,10 @@ class EscalationGuard:
         rules = [r for r in obj.get("rules") or [] if isinstance(r, dict)]
         message = escalation_message(user, owner, rules)
         if message:
-            raise forbidden_error(GROUP, plural, name, message)
+            raise errors.forbidden(GROUP, plural, name, message)
         aggregated = obj.get("aggregationRule") or (attrs.old_object or {}).get("aggregationRule")
         if plural == "clusterroles" and aggregated and escalation_message(user, owner, FULL_AUTHORITY):
-            raise forbidden_error(GROUP, plural, name, "must have cluster-admin privileges to use the aggregationRule")
+            raise errors.forbidden(GROUP, plural, name, "must have cluster-admin privileges to use the aggregationRule")
 
     def _check_binding(self, user: UserInfo, obj: Obj, plural: str, namespace: str, name: str) -> None:
         ref = obj.get("roleRef") or {}
@@ -585,10 +566,10 @@ class EscalationGuard:
                 return
         rules, err = self.authz.role_rules(kind, role, namespace)
         if err:
-            raise forbidden_error(GROUP, plural, name, err)
+            raise errors.forbidden(GROUP, plural, name, err)
         message = escalation_message(user, self.authz.rules_for(user, namespace), rules)
         if message:
-            raise forbidden_error(GROUP, plural, name, message)
+            raise errors.forbidden(GROUP, plural, name, message)
 
 
 # ---------------------------------------------------------------- aggregated ClusterRoles
