@@ -321,35 +321,23 @@ def _operations(rt: ResourceType) -> list[tuple[str, str, Obj]]:
     item_path = f"{collection}/{{name}}"
     if "get" in verbs:
         out.append((item_path, "get", op("read", "get")))
+
+    def replace(path: str, suffix: str = "") -> tuple[str, str, Obj]:
+        params = [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION]
+        return (path, "put", op("replace", "put", body=item, params=params, suffix=suffix, responses=written))
+
+    def patch(path: str, suffix: str = "") -> tuple[str, str, Obj]:
+        params = [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION, _FORCE]
+        operation = op(
+            "patch", "patch", body=PATCH, params=params, suffix=suffix, responses=written, consumes=patch_types
+        )
+        return (path, "patch", operation)
+
+    written = {"200": item, "201": item}
     if "update" in verbs:
-        out.append(
-            (
-                item_path,
-                "put",
-                op(
-                    "replace",
-                    "put",
-                    body=item,
-                    params=[_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION],
-                    responses={"200": item, "201": item},
-                ),
-            )
-        )
+        out.append(replace(item_path))
     if "patch" in verbs:
-        out.append(
-            (
-                item_path,
-                "patch",
-                op(
-                    "patch",
-                    "patch",
-                    body=PATCH,
-                    params=[_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION, _FORCE],
-                    responses={"200": item, "201": item},
-                    consumes=patch_types,
-                ),
-            )
-        )
+        out.append(patch(item_path))
     if "delete" in verbs:
         out.append(
             (
@@ -371,35 +359,7 @@ def _operations(rt: ResourceType) -> list[tuple[str, str, Obj]]:
         sub_path = f"{item_path}/{sub}"
         suffix = sub.capitalize()
         out.append((sub_path, "get", op("read", "get", suffix=suffix)))
-        out.append(
-            (
-                sub_path,
-                "put",
-                op(
-                    "replace",
-                    "put",
-                    body=item,
-                    params=[_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION],
-                    suffix=suffix,
-                    responses={"200": item, "201": item},
-                ),
-            )
-        )
-        out.append(
-            (
-                sub_path,
-                "patch",
-                op(
-                    "patch",
-                    "patch",
-                    body=PATCH,
-                    params=[_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION, _FORCE],
-                    suffix=suffix,
-                    consumes=patch_types,
-                    responses={"200": item, "201": item},
-                ),
-            )
-        )
+        out += [replace(sub_path, suffix), patch(sub_path, suffix)]
         out.append((sub_path, "parameters", member))
     if "watch" in verbs:
         watch_base = f"{gv}/watch{ns_path}/{rt.plural}"
