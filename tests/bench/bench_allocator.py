@@ -11,15 +11,13 @@ the 9-of-8 claim over 16 nodes that took 20 s before the search was pruned.
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 from typing import Any
 
 from gpucluster.dra import simulate
-from gpucluster.dra.allocator import Explanation, explain
 from gpucluster.dra.model import forget_parsed_nodes
 from gpucluster.dra.pools import forget_parsed
+from tests.bench.bench_explain import timed
 
 NODES = 1000
 GPUS = 8
@@ -74,27 +72,13 @@ def _scenarios() -> list[tuple[str, bool, dict[str, Any]]]:
     return out
 
 
-def _timed(claims: list[dict[str, Any]], cluster: list[dict[str, Any]]) -> tuple[float, Explanation]:
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        result = explain(claims, cluster)
-        elapsed = (time.perf_counter() - start) * 1000
-    finally:
-        if enabled:
-            gc.enable()
-    return elapsed, result
-
-
 def _first_run(claim: dict[str, Any], text: str, fits: bool, family: str) -> tuple[float, float]:
     """(time of the whole explanation, time of its slowest node) on a freshly loaded cluster."""
     # Nothing parsed before, and the last cluster freed outside the timing.
     forget_parsed()
     forget_parsed_nodes()
     cluster = json.loads(text)
-    elapsed, result = _timed([claim], cluster)
+    elapsed, result = timed([claim], cluster)
     assert result.satisfiable == fits, (family, result.one_line())
     assert not result.gave_up, (family, result.gave_up)
     return elapsed, max(n.elapsed_ms for n in result.nodes)
@@ -157,7 +141,7 @@ def run() -> list[dict[str, Any]]:
     )
 
     small = [*simulate.cluster_slices(16, GPUS, model="H100"), *simulate.cluster_nodes(16, GPUS, model="H100"), _CLASS]
-    elapsed, result = _timed([_claim(GPUS + 1)], small)
+    elapsed, result = timed([_claim(GPUS + 1)], small)
     assert not result.satisfiable and not result.gave_up
     rows.append(
         {
