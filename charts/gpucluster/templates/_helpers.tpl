@@ -275,3 +275,29 @@ spec:
   upgradePolicy:
     autoUpgrade: false
 {{- end -}}
+
+{{/* Pod settings of the chart's hook Jobs: their identity, no restarts in place, the operator's
+placement and pull secrets. */}}
+{{- define "gpucluster.hookPodSettings" -}}
+serviceAccountName: {{ include "gpucluster.hooksName" . }}
+restartPolicy: Never
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- with .Values.operator.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- with .Values.operator.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.operator.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
