@@ -452,10 +452,11 @@ class Reconciler:
         self._conflicts = set()
 
         statuses = []
+        nodes = self.state.list("Node")
         for kind, namespace, name in workloads:
             live = self.state.get(kind, name, namespace)
             if live is not None:
-                statuses.append(workload_status(live, self.state.list("Node")))
+                statuses.append(workload_status(live, nodes))
             else:
                 statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
         # Nodes labelled in this pass are not yet in the DaemonSets' status: not ready until they are.

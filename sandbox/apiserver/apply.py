@@ -105,7 +105,12 @@ class DefinitionTypes:
         return _cached_list_type(self.definition, names)
 
     def atomic_map(self, names: tuple[str, ...]) -> bool:
-        return self._node(names).get("x-kubernetes-map-type") == "atomic"
+        return _cached_atomic_map(self.definition, names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_atomic_map(definition: str, names: tuple[str, ...]) -> bool:
+    return DefinitionTypes(definition)._node(names).get("x-kubernetes-map-type") == "atomic"
 
 
 @functools.lru_cache(maxsize=4096)
