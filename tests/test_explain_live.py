@@ -245,3 +245,15 @@ def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     out = explain(missing, "pod/x")
     assert out.returncode == 2
     assert "no such file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_no_cluster_configured_and_an_empty_name_are_one_line_errors(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    for target, wanted in (("pod/x", "no cluster configured"), ("pod/", "expected pod/NAME or claim/NAME")):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpucluster.cli", "explain", target],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and wanted in done.stderr, done.stderr

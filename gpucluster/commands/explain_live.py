@@ -59,6 +59,8 @@ async def read(
     claim_objects: list[Obj] | None,
     subject: str = "",
 ) -> LiveInput:
+    if target is not None:
+        parse_target(target)  # bad input is said before any cluster is contacted
     kube = await Kube.connect(kubeconfig)
     try:
         return await _read(kube, namespace or _default_namespace(kubeconfig), target, claim_objects, subject)

@@ -64,6 +64,14 @@ class Kube:
         """
         if kubeconfig is not None and not os.path.isfile(kubeconfig):
             raise InputError(f"--kubeconfig {kubeconfig}: no such file")
+        if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            # Said here: the client itself would print "Config not found" before failing.
+            candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+            candidates = candidates or [os.path.expanduser("~/.kube/config")]
+            if not any(os.path.isfile(p) for p in candidates):
+                raise InputError(
+                    f"no cluster configured: pass --kubeconfig, or set $KUBECONFIG (looked at {', '.join(candidates)})"
+                )
         try:
             configuration = await load_configuration(kubeconfig, context)
         except Exception as exc:  # the client raises config, YAML, OS and value errors alike
