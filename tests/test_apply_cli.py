@@ -98,3 +98,33 @@ def test_apply_bad_input_is_one_line(tmp_path: Path) -> None:
     empty.mkdir()
     result = _cli("apply", "-f", str(empty))
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no .yaml" in result.stderr
+
+
+def test_an_object_someone_else_created_is_left_unchanged(sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(str(sandbox.kubeconfig_path))
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(gpucluster_crd())
+    objects = client.CustomObjectsApi(api)
+    admin = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "metadata": {"name": "gpu-cluster"},
+             "spec": {"dcgm": {"enabled": True}}}  # fmt: skip
+    objects.create_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", admin)
+    ours = tmp_path / "gpucluster.yaml"
+    ours.write_text(
+        "apiVersion: nvidia.com/v1alpha1\nkind: GPUCluster\nmetadata:\n  name: gpu-cluster\n"
+        "  labels: {app.kubernetes.io/instance: gpu-operator}\nspec:\n  dcgm: {enabled: false}\n"
+    )
+    result = _cli("apply", "-f", str(ours), "--kubeconfig", str(sandbox.kubeconfig_path))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "already exists and is not this release's" in result.stderr
+    assert "app.kubernetes.io/instance=gpu-operator" in result.stderr
+    live = objects.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
+    assert live["spec"]["dcgm"]["enabled"] is True  # untouched
+
+    # Handed over by the label, the next apply takes it.
+    patch = {"metadata": {"labels": {"app.kubernetes.io/instance": "gpu-operator"}}}
+    objects.patch_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster", patch)
+    result = _cli("apply", "-f", str(ours), "--kubeconfig", str(sandbox.kubeconfig_path))
+    assert result.returncode == 0, result.stderr
+    live = objects.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
+    assert live["spec"]["dcgm"]["enabled"] is False

@@ -6,7 +6,8 @@ webhook configurations, so a custom resource created by Helm itself reaches its 
 webhook before any webhook pod is ready (and, with self-managed certificates, before the caBundle
 is injected). This command waits for that instead: a refusal that means "the webhook cannot be
 called yet" is retried until ``--timeout``; any other refusal (the webhook denied the object, the
-object is invalid, RBAC) fails at once with the API server's message.
+object is invalid, RBAC) fails at once with the API server's message. An object that already
+exists and is not ours (see :func:`applied_by_us`) is left alone, and that is an error.
 """
 
 from __future__ import annotations
@@ -70,6 +71,36 @@ def retryable(status: int, body: Mapping[str, Any]) -> bool:
     return status == 500 and str(body.get("reason") or "") in ("InternalError", "ServiceUnavailable", "Timeout")
 
 
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def applied_by_us(live: Mapping[str, Any], desired: Mapping[str, Any], field_manager: str) -> bool:
+    """Whether an existing object may be applied over: we applied it before (our field manager
+    holds fields of it), or it carries the manifest's ``app.kubernetes.io/instance`` label (the
+    release it belongs to). Anything else is someone else's, and is never overwritten or adopted."""
+    managers = {str(entry.get("manager")) for entry in (live.get("metadata") or {}).get("managedFields") or []}
+    if field_manager in managers:
+        return True
+    instance = _labels(desired).get(INSTANCE_LABEL)
+    return bool(instance) and _labels(live).get(INSTANCE_LABEL) == instance
+
+
+async def _get(kube: Any, path: str) -> dict[str, Any] | None:
+    from gpucluster.kube.client import KubeError
+
+    try:
+        found: dict[str, Any] = await kube.get(path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
 def display_name(obj: Mapping[str, Any]) -> str:
     from gpucluster.kube.paths import plural
 
@@ -95,6 +126,14 @@ async def _apply_all(objects: list[dict[str, Any]], args: argparse.Namespace) ->
             delay = 1.0
             while True:
                 try:
+                    live = await _get(kube, path)
+                    if live is not None and not applied_by_us(live, obj, args.field_manager):
+                        instance = _labels(obj).get(INSTANCE_LABEL) or "<release>"
+                        raise InputError(
+                            f"{display_name(obj)} already exists and is not this release's (never applied by "
+                            f"{args.field_manager}, no {INSTANCE_LABEL}={instance} label): left unchanged; delete it, "
+                            "or hand it over by adding that label"
+                        )
                     await kube.request(
                         "PATCH", path, body=obj, content_type="application/apply-patch+yaml",
                         query=[("fieldManager", args.field_manager), ("force", "true")],
