@@ -580,7 +580,15 @@ def test_pre_delete_hook_deletes_the_gpucluster_and_waits() -> None:
     (job,) = [o for o in objs if o.hook == "pre-delete"]
     assert job.kind == "Job"
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"][:3] == ["delete", "gpuclusters.nvidia.com", gc.SINGLETON_NAME]
+    # Only the GPUCluster this release applied: selected by the instance label the defaults carry.
+    default = default_object(objs, "GPUCluster")
+    instance = default["metadata"]["labels"]["app.kubernetes.io/instance"]
+    assert container["args"][:3] == [
+        "delete",
+        "gpuclusters.nvidia.com",
+        f"--selector=app.kubernetes.io/instance={instance}",
+    ]
+    assert default.name == gc.SINGLETON_NAME
     assert "--wait" in container["args"]
     # The hook's ServiceAccount may delete (and wait for) the GPUCluster.
     account = job["spec"]["template"]["spec"]["serviceAccountName"]
@@ -588,7 +596,7 @@ def test_pre_delete_hook_deletes_the_gpucluster_and_waits() -> None:
     rules = []
     for binding in (o for o in objs if o.kind == "ClusterRoleBinding" and subject in o["subjects"]):
         rules += next(o for o in objs if o.kind == "ClusterRole" and o.name == binding["roleRef"]["name"])["rules"]
-    for verb in ("get", "watch", "delete"):
+    for verb in ("get", "list", "watch", "delete"):
         assert allowed(rules, "nvidia.com", "gpuclusters", verb), verb
     assert "pre-delete" not in {o.hook for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
 

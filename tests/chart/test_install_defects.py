@@ -119,7 +119,10 @@ def test_cleanup_deletes_the_nvidiadriver_the_chart_created() -> None:
     pod = job["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["delete-gpucluster"]
     assert [c["name"] for c in pod["containers"]] == ["delete-nvidiadriver"]
-    assert "nvidiadrivers.nvidia.com" in pod["containers"][0]["args"]
+    args = pod["containers"][0]["args"]
+    assert "nvidiadrivers.nvidia.com" in args
+    # Only the NVIDIADriver this release created, never one an admin made with the same name.
+    assert "--selector=app.kubernetes.io/instance=gpu-operator,app.kubernetes.io/component=driver" in args
 
 
 # 7. A silent no-op: clusterPolicy.enabled without gpuCluster.enabled installed nothing.
