@@ -1,7 +1,8 @@
 """A small level-triggered controller frame for the simulated cluster.
 
 Controllers follow the store's event bus (``Store.subscribe``: synchronous, so ``on_event`` only
-enqueues keys), and a task syncs the queued keys one at a time through ``ApiCore`` like any
+enqueues keys) into the shared work queue (:mod:`gpucluster.kube.workqueue`, the real
+controller's), and a worker syncs the queued keys one at a time through ``ApiCore`` like any
 client. A failing sync is retried with a per-key exponential backoff; a 409 conflict is retried at
 once. ``idle()`` tells tests when nothing is queued or running (delayed retries do not count).
 """
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQueue, run_workers
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.resources import ResourceType
@@ -36,13 +38,11 @@ class Controller:
 
     def __init__(self, core: ApiCore) -> None:
         self.core = core
-        self._dirty: dict[Hashable, None] = {}
-        self._wake = asyncio.Event()
+        self.queue: WorkQueue[Hashable] = WorkQueue(
+            self.name, ItemExponentialFailureRateLimiter(self.backoff_base, self.backoff_max)
+        )
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe: Any = None
-        self._busy = False
-        self._failures: dict[Hashable, int] = {}
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self.syncs = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -59,9 +59,7 @@ class Controller:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        self.queue.shut_down()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -69,30 +67,15 @@ class Controller:
             self._task = None
 
     def idle(self) -> bool:
-        return not self._dirty and not self._busy
+        return self.queue.idle()
 
     # ------------------------------------------------------------ queue
 
     def enqueue(self, key: Hashable) -> None:
-        self._dirty[key] = None
-        self._wake.set()
+        self.queue.add(key)
 
     def enqueue_after(self, key: Hashable, delay: float) -> None:
-        if delay <= 0:
-            self.enqueue(key)
-            return
-        loop = asyncio.get_running_loop()
-        existing = self._timers.get(key)
-        if existing is not None:
-            if existing.when() <= loop.time() + delay:
-                return  # an earlier retry is already due
-            existing.cancel()
-
-        def fire() -> None:
-            self._timers.pop(key, None)
-            self.enqueue(key)
-
-        self._timers[key] = loop.call_later(delay, fire)
+        self.queue.add_after(key, delay)
 
     def _safe_on_event(self, event: Event) -> None:
         try:
@@ -101,40 +84,27 @@ class Controller:
             log.exception("%s: event handler failed", self.name)
 
     async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty:
-                key = next(iter(self._dirty))
-                del self._dirty[key]
-                self._busy = True
-                try:
-                    await self.sync(key)
-                    self._failures.pop(key, None)
-                except ApiError as exc:
-                    if exc.code == 409:
-                        self.enqueue(key)
-                    else:
-                        self._backoff(key, exc)
-                except Retry as exc:
-                    self._backoff(key, exc, quiet=True)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # keep the controller alive, like a workqueue would
-                    log.exception("%s: sync %s failed", self.name, key)
-                    self._backoff(key, exc, quiet=True)
-                finally:
-                    self._busy = False
-                    self.syncs += 1
-                await asyncio.sleep(0)
+        # One worker: the simulated controllers sync their keys in order, one at a time.
+        await run_workers(self.queue, self._sync_one, on_error=lambda key, exc: None)  # logged by _sync_one
 
-    def _backoff(self, key: Hashable, exc: Exception, *, quiet: bool = False) -> None:
-        n = self._failures.get(key, 0)
-        self._failures[key] = n + 1
-        delay = min(self.backoff_base * (2**n), self.backoff_max)
-        if not quiet:
-            log.info("%s: sync %s failed, retry in %.1fs: %s", self.name, key, delay, exc)
-        self.enqueue_after(key, delay)
+    async def _sync_one(self, key: Hashable) -> None:
+        try:
+            await self.sync(key)
+        except ApiError as exc:
+            if exc.code != 409:
+                log.info("%s: sync %s failed, retrying: %s", self.name, key, exc)
+                raise
+            self.queue.add(key)  # a conflict is retried at once, after done()
+        except Retry:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: sync %s failed", self.name, key)
+            raise
+        finally:
+            self.syncs += 1
+        await asyncio.sleep(0)
 
     # ------------------------------------------------------------ for subclasses
 
