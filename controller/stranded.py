@@ -35,7 +35,7 @@ MESSAGE = (
 DELETED_MESSAGE = (
     "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
 )
-TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"  # webhook.settings.TRANSLATE_LABEL
+TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"  # gpucluster.policy.TRANSLATE_LABEL
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 

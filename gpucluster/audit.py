@@ -26,18 +26,15 @@ What the webhook would do
 -------------------------
 The webhook only acts when a pod is created. For each finding a Pod is synthesised from the
 workload's pod template (a live pod's metadata and spec for bare pods and custom-resource owners)
-and run through the webhook's own admission code (:func:`webhook.admission.admit_request`) with
-the cluster's Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims. The action is
-``translate`` (new pods get DRA claims), ``warn`` (audit mode: only warnings) or ``skip``, with the
-reason in the webhook's order: translation off, operator namespace, opt-out label or annotation
-(pod or namespace), native mapping by a DeviceClass ``extendedResourceName`` (DRAExtendedResource),
-then the translation's own reasons (requests it cannot translate, pod already translated, pod
-already claiming the same DeviceClass).
+and handed to ``decide``, which answers ``(action, reason)``: ``translate`` (new pods get DRA
+claims), ``warn`` (audit mode: only warnings) or ``skip``. The core never imports a shell, so
+the webhook's own admission code is passed in: :func:`webhook.audit.decider` runs the pod through
+it with the cluster's Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -45,15 +42,13 @@ from typing import Any
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import clone
 from gpucluster.migrate import KSERVE_FRAMEWORKS, format_path
-from gpucluster.translate import parse_quantity, translate_pod_spec
-from webhook.admission import admit_request
-from webhook.review import AdmissionRequest
-from webhook.rules.pods import WEBHOOK_CONFIG, native_resources, opted_out
-from webhook.settings import TRANSLATE_LABEL, Settings
+from gpucluster.policy import WEBHOOK_CONFIG
+from gpucluster.translate import parse_quantity
 
 __all__ = [
     "CUSTOM_KINDS",
     "WORKLOAD_KINDS",
+    "Decide",
     "Finding",
     "Ref",
     "audit",
@@ -62,6 +57,10 @@ __all__ = [
     "pod_template",
     "requested_gpus",
 ]
+
+# What the webhook does when this pod (synthesised from a workload) is created in this namespace of
+# this cluster view: (action, reason), action one of translate, warn, skip.
+Decide = Callable[[dict[str, Any], str, ClusterState], tuple[str, str]]
 
 # Kinds whose pod spec the audit reads, and where their pod template is.
 WORKLOAD_KINDS: Mapping[str, tuple[str, ...]] = {
@@ -308,79 +307,13 @@ def _synthesise_pod(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
-def webhook_decision(pod: dict[str, Any], namespace: str, cluster: ClusterState, settings: Settings) -> tuple[str, str]:
-    """(action, reason): what the webhook does when this pod is created."""
-    request = AdmissionRequest(
-        uid="gpucluster-audit",
-        group="",
-        version="v1",
-        kind="Pod",
-        resource="pods",
-        sub_resource="",
-        operation="CREATE",
-        name="",
-        namespace=namespace,
-        obj=pod,
-        old_obj=None,
-        dry_run=True,
-        user="gpucluster-audit",
-    )
-    verdict = admit_request(request, path="mutate", cluster=cluster, settings=settings).verdict
-    warnings = [w for w in verdict.warnings if w]
-    if verdict.outcome == "mutated":
-        devices: dict[str, int] = {}
-        for template in verdict.creates:
-            for req in _list(_dict(_dict(_dict(template.get("spec")).get("spec")).get("devices")).get("requests")):
-                exactly = _dict(_dict(req).get("exactly"))
-                cls = str(exactly.get("deviceClassName"))
-                devices[cls] = devices.get(cls, 0) + int(exactly.get("count") or 0)
-        claims = ", ".join(f"{cls}={n}" for cls, n in sorted(devices.items()))
-        reason = f"new pods get DRA claims ({claims})" if claims else "new pods get DRA claims"
-        return "translate", "; ".join([reason, *warnings])
-    if any(w.startswith("audit: would translate") for w in warnings):
-        return "warn", "webhook in audit mode: it warns, new pods keep extended resources"
-    return "skip", _skip_reason(pod, namespace, cluster, settings, warnings)
-
-
-def _skip_reason(
-    pod: Mapping[str, Any], namespace: str, cluster: ClusterState, settings: Settings, warnings: list[str]
-) -> str:
-    """Why the webhook left the pod alone, checked in the webhook's own order."""
-    if settings.translation_mode == "off":
-        return "webhook translation is off"
-    if namespace == settings.operator_namespace:
-        return f"operator namespace {namespace} is never translated"
-    where = opted_out(pod, cluster.namespace_labels(namespace))
-    if where is not None:
-        return f"opted out ({where} {TRANSLATE_LABEL}=false)"
-    native = native_resources(cluster)
-    asked = set(requested_gpus(_dict(pod.get("spec"))))
-    mapped = sorted(asked & set(native))
-    if (
-        settings.translation_mode in ("auto", "audit")
-        and mapped
-        and all(r in native or WEBHOOK_CONFIG.resolve(r) is None for r in asked)
-    ):
-        how = ", ".join(f"{r} by DeviceClass {native[r]}" for r in mapped)
-        return f"native mapping: the scheduler allocates {how} (DRAExtendedResource)"
-    # Containers left alone for GPU sharing (HAMi ...): the whole reason, which the webhook's
-    # warning has to shorten.
-    shared = translate_pod_spec(_dict(pod.get("spec")), namespace=namespace, config=WEBHOOK_CONFIG).shared
-    reasons = [s.problem for s in shared]
-    reasons += [w.removeprefix("not translated: ") for w in warnings if not any(s.reason in w for s in shared)]
-    if reasons:
-        return "; ".join(reasons)
-    return "nothing the webhook translates"
-
-
 # ----------------------------------------------------------------------------- audit
 
 
-def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = None) -> list[Finding]:
+def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Finding]:
     """Findings for the listed objects (Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets,
     Jobs, CronJobs, plus the Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims the
-    webhook reads), sorted by namespace, kind and name."""
-    settings = settings or Settings()
+    webhook reads), sorted by namespace, kind and name; ``decide`` says what the webhook would do."""
     objects = list(objects)
     cluster = ClusterState.from_objects(objects)
     workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS or is_custom_workload(o)]
@@ -467,7 +400,7 @@ def audit(objects: Iterable[Mapping[str, Any]], *, settings: Settings | None = N
         refs = chain(legacy[lowest], namespace)
         source = anchor_obj if anchor_obj is not None else legacy[pods[0]]
         pod = _synthesise_pod(source, namespace)
-        action, reason = webhook_decision(pod, namespace, cluster, settings)
+        action, reason = decide(pod, namespace, cluster)
         notes: list[str] = []
         if old_revision:
             notes.append(f"owner {migrated_owner[anchor]} is already migrated; these pods are from an older revision")

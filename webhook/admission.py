@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import TRANSLATE_LABEL, Settings
 from webhook.review import AdmissionRequest, Verdict, build_response, decode_review
 from webhook.rules.claims import validate_claim_request
 from webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
 from webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
 from webhook.rules.pods import MATCH_CONDITION, mutate_pod_request
-from webhook.settings import TRANSLATE_LABEL, Settings
 
 log = logging.getLogger("gpucluster.webhook")
 

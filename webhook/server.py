@@ -39,10 +39,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.dra.worker import shared_worker
+from gpucluster.policy import Settings
 from webhook.admission import Path, admit_request
 from webhook.metrics import WebhookMetrics
 from webhook.review import ReviewDecodeError, decode_review
-from webhook.settings import Settings
 from webhook.tls import ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")

@@ -12,9 +12,9 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.manifests import load_objects, read_text
+from gpucluster.policy import TRANSLATION_MODES, Settings
 from webhook.admission import admit_request, hooks
 from webhook.review import ReviewDecodeError, decode_patch, decode_review
-from webhook.settings import TRANSLATION_MODES, Settings
 
 
 def register(subparsers: Subparsers) -> None:

@@ -32,8 +32,9 @@ from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError, KubeObject
 from gpucluster.kube.paths import plural
+from gpucluster.policy import TRANSLATION_MODES, Settings
 from webhook.admission import hooks
-from webhook.settings import TRANSLATION_MODES, Settings
+from webhook.audit import decider
 
 # (apiVersion, kind, required): a kind the server does not serve (404) has no objects; a list that is
 # forbidden (403) is an error for a required kind and skipped for an optional one.
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     collected = asyncio.run(collect(args.kubeconfig))
     installed = collected.webhook_installed
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
-    findings = audit(collected.objects, settings=settings)
+    findings = audit(collected.objects, decide=decider(settings))
     if args.output == "json":
         out = {
             "webhookInstalled": installed,

@@ -30,8 +30,7 @@ from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.manifests import read_text
 from gpucluster.migrate import MigrateResult, Workload, migrate_text
-from webhook.rules.pods import WEBHOOK_CONFIG
-from webhook.settings import TRANSLATE_LABEL
+from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 
 SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -324,8 +324,8 @@ class Stack:
     async def _start_webhook(self) -> None:
         from gpucluster.commands.webhook import WEBHOOK_KINDS
         from gpucluster.kube.reflector import run_reflectors
+        from gpucluster.policy import Settings, TranslationMode
         from webhook.server import build_app, serve
-        from webhook.settings import Settings, TranslationMode
         from webhook.tls import ReloadingTLS
 
         opts = self.options

@@ -21,9 +21,9 @@ from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
+from gpucluster.policy import TRANSLATION_MODES, Settings
 from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
 from webhook.server import ServerLimits, build_app, default_host, serve
-from webhook.settings import TRANSLATION_MODES, Settings
 from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")

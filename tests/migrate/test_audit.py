@@ -10,8 +10,9 @@ import pytest
 
 from gpucluster.audit import Finding, audit, requested_gpus
 from gpucluster.commands import audit as command
+from gpucluster.policy import Settings
 from tests.migrate.conftest import Main
-from webhook.settings import Settings
+from webhook.audit import decider
 
 Obj = dict[str, Any]
 
@@ -85,7 +86,7 @@ def only(findings: list[Finding], kind: str, name: str) -> Finding:
 
 def test_deployment_pods_replicaset_are_one_finding_with_the_owner_chain() -> None:
     objects = [namespace("ml"), *deployment_with_pods("trainer", template(gpu_container()), 2)]
-    (finding,) = audit(objects)
+    (finding,) = audit(objects, decide=decider())
     assert (finding.namespace, finding.kind, finding.name) == ("ml", "Deployment", "trainer")
     assert finding.chain_kinds == "Pod -> ReplicaSet -> Deployment"
     assert [str(r) for r in finding.chain] == ["Pod/trainer-5d4f8-0", "ReplicaSet/trainer-5d4f8", "Deployment/trainer"]
@@ -101,12 +102,12 @@ def test_migrated_deployment_is_not_listed() -> None:
         *deployment_with_pods("legacy", template(gpu_container()), 1),
         *deployment_with_pods("migrated", template(migrated_container(), claims=True), 2),
     ]
-    assert [f.name for f in audit(objects)] == ["legacy"]
+    assert [f.name for f in audit(objects, decide=decider())] == ["legacy"]
 
 
 def test_deployment_scaled_to_zero_counts_from_its_template() -> None:
     deploy = obj("Deployment", "idle", replicas=0, template=template(gpu_container(gpus=1)))
-    (finding,) = audit([namespace("ml"), deploy])
+    (finding,) = audit([namespace("ml"), deploy], decide=decider())
     assert finding.pods == 0 and finding.chain_kinds == "Deployment"
     assert finding.gpus == {"nvidia.com/gpu": "1"}
 
@@ -116,7 +117,7 @@ def test_cronjob_job_pod_chain() -> None:
     cron = obj("CronJob", "nightly", schedule="0 2 * * *", jobTemplate={"spec": {"template": tpl}})
     job = obj("Job", "nightly-2890", owner=cron, template=tpl)
     running = pod("nightly-2890-abcde", tpl, owner=job)
-    (finding,) = audit([namespace("ml"), cron, job, running])
+    (finding,) = audit([namespace("ml"), cron, job, running], decide=decider())
     assert finding.kind == "CronJob" and finding.chain_kinds == "Pod -> Job -> CronJob"
     assert finding.pods == 1 and finding.gpus == {"nvidia.com/gpu": "4"}
 
@@ -127,7 +128,7 @@ def test_statefulset_daemonset_and_bare_pod() -> None:
     ds = obj("DaemonSet", "burn-in", template=tpl)
     objects = [namespace("ml"), sts, pod("db-0", tpl, owner=sts), ds, pod("burn-in-x7k2p", tpl, owner=ds)]
     objects.append(pod("smoke-test", tpl))
-    findings = audit(objects)
+    findings = audit(objects, decide=decider())
     assert [(f.kind, f.name, f.chain_kinds, f.pods) for f in findings] == [
         ("DaemonSet", "burn-in", "Pod -> DaemonSet", 1),
         ("Pod", "smoke-test", "Pod", 1),
@@ -139,7 +140,7 @@ def test_pods_of_an_unlisted_custom_resource_are_grouped_under_it() -> None:
     tpl = template(gpu_container(name="pytorch", gpus=8))
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "bert", "uid": "u-bert"}}
     pods = [pod(f"bert-worker-{i}", tpl, owner=job) for i in range(3)]
-    (finding,) = audit([namespace("ml"), *pods])
+    (finding,) = audit([namespace("ml"), *pods], decide=decider())
     assert (finding.kind, finding.name, finding.pods) == ("PyTorchJob", "bert", 3)
     assert finding.chain_kinds == "Pod -> PyTorchJob"
     assert finding.action == "translate"
@@ -154,7 +155,7 @@ def test_pods_translated_by_the_webhook_are_counted_but_not_legacy() -> None:
     translated["metadata"]["annotations"] = {
         "gpucluster.nvidia.com/translated-from": '{"containers": {"cuda": {"nvidia.com/gpu": "2"}}}'
     }
-    (finding,) = audit([*objects, translated])
+    (finding,) = audit([*objects, translated], decide=decider())
     assert finding.pods == 1 and finding.translated_pods == 1
 
 
@@ -163,9 +164,9 @@ def test_old_revision_of_a_migrated_deployment() -> None:
     old_tpl = template(gpu_container())
     deploy = obj("Deployment", "web", replicas=1, template=new_tpl)
     old_rs = obj("ReplicaSet", "web-old", owner=deploy, replicas=0, template=old_tpl)
-    assert audit([namespace("ml"), deploy, old_rs]) == []  # history kept for rollbacks: nothing runs
+    assert audit([namespace("ml"), deploy, old_rs], decide=decider()) == []  # history kept for rollbacks: nothing runs
     still_running = pod("web-old-1", old_tpl, owner=old_rs)
-    (finding,) = audit([namespace("ml"), deploy, old_rs, still_running])
+    (finding,) = audit([namespace("ml"), deploy, old_rs, still_running], decide=decider())
     assert (finding.kind, finding.name, finding.pods) == ("ReplicaSet", "web-old", 1)
     assert finding.chain_kinds == "Pod -> ReplicaSet -> Deployment"
     assert "already migrated" in finding.notes[0]
@@ -179,14 +180,14 @@ def test_namespace_opt_out() -> None:
         namespace("ml", **{"gpucluster.nvidia.com/translate": "false"}),
         *deployment_with_pods("t", template(gpu_container()), 1),
     ]
-    (finding,) = audit(objects)
+    (finding,) = audit(objects, decide=decider())
     assert finding.action == "skip"
     assert finding.reason == "opted out (namespace label gpucluster.nvidia.com/translate=false)"
 
 
 def test_pod_label_opt_out() -> None:
     tpl = template(gpu_container(), labels={"app": "nb", "gpucluster.nvidia.com/translate": "false"})
-    (finding,) = audit([namespace("ml"), obj("Deployment", "nb", template=tpl)])
+    (finding,) = audit([namespace("ml"), obj("Deployment", "nb", template=tpl)], decide=decider())
     assert finding.action == "skip" and finding.reason.startswith("opted out (pod label")
 
 
@@ -196,42 +197,42 @@ def test_native_mapping_by_a_device_class() -> None:
         device_class("gpu.nvidia.com", extended="nvidia.com/gpu"),
         obj("Deployment", "t", template=template(gpu_container())),
     ]
-    (finding,) = audit(objects)
+    (finding,) = audit(objects, decide=decider())
     assert finding.action == "skip"
     assert finding.reason == (
         "native mapping: the scheduler allocates nvidia.com/gpu by DeviceClass gpu.nvidia.com (DRAExtendedResource)"
     )
-    (always,) = audit(objects, settings=Settings(translation_mode="always"))
+    (always,) = audit(objects, decide=decider(Settings(translation_mode="always")))
     assert always.action == "translate"
 
 
 def test_operator_namespace_audit_mode_and_off() -> None:
     objects = [namespace("gpu-operator"), obj("DaemonSet", "dcgm", "gpu-operator", template=template(gpu_container()))]
-    (finding,) = audit(objects)
+    (finding,) = audit(objects, decide=decider())
     assert finding.action == "skip" and "operator namespace" in finding.reason
     objects = [namespace("ml"), obj("Deployment", "t", template=template(gpu_container()))]
-    (warned,) = audit(objects, settings=Settings(translation_mode="audit"))
+    (warned,) = audit(objects, decide=decider(Settings(translation_mode="audit")))
     assert warned.action == "warn" and "audit mode" in warned.reason
-    (off,) = audit(objects, settings=Settings(translation_mode="off"))
+    (off,) = audit(objects, decide=decider(Settings(translation_mode="off")))
     assert off.action == "skip" and off.reason == "webhook translation is off"
 
 
 def test_untranslatable_requests_give_the_translation_reason() -> None:
     objects = [namespace("ml"), obj("Deployment", "t", template=template(gpu_container(gpus=2, request=1)))]
-    (finding,) = audit(objects)
+    (finding,) = audit(objects, decide=decider())
     assert finding.action == "skip"
     assert "nvidia.com/gpu request 1 differs from limit 2" in finding.reason
 
 
 def test_running_pod_is_judged_without_its_node_name() -> None:
     tpl = template(gpu_container())
-    (finding,) = audit([namespace("ml"), pod("bare", tpl)])
+    (finding,) = audit([namespace("ml"), pod("bare", tpl)], decide=decider())
     assert finding.action == "translate" and "nodeName" not in finding.reason
 
 
 def test_other_resources_are_not_findings() -> None:
     rdma = {"name": "net", "image": "x", "resources": {"limits": {"nvidia.com/hostdev": 1, "cpu": "1"}}}
-    assert audit([namespace("ml"), obj("Deployment", "net", template=template(rdma))]) == []
+    assert audit([namespace("ml"), obj("Deployment", "net", template=template(rdma))], decide=decider()) == []
 
 
 def test_requested_gpus_is_the_effective_request() -> None:

@@ -11,7 +11,8 @@ import yaml
 from gpucluster.audit import audit, custom_pod_templates
 from gpucluster.commands import audit as command
 from gpucluster.kube.client import KubeError
-from webhook.settings import Settings
+from gpucluster.policy import Settings
+from webhook.audit import decider
 
 RAY_CLUSTER = yaml.safe_load("""\
 apiVersion: ray.io/v1
@@ -95,7 +96,7 @@ def test_custom_pod_templates_are_found_by_shape() -> None:
 
 def test_custom_resources_without_pods_are_findings() -> None:
     objects = [namespace("ray"), namespace("ml"), RAY_CLUSTER, PYTORCH_JOB, ARGO]
-    findings = {f.workload: f for f in audit(objects, settings=Settings())}
+    findings = {f.workload: f for f in audit(objects, decide=decider(Settings()))}
     assert set(findings) == {"RayCluster/raycluster-gpu", "PyTorchJob/mnist", "WorkflowTemplate/train"}
     ray = findings["RayCluster/raycluster-gpu"]
     assert ray.pods == 0 and ray.chain_kinds == "RayCluster" and ray.gpus == {"nvidia.com/gpu": "1"}
@@ -119,7 +120,7 @@ def test_pods_of_a_listed_custom_resource_join_its_finding() -> None:
         },
         "spec": PYTORCH_JOB["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"],
     }
-    (finding,) = audit([namespace("ml"), PYTORCH_JOB, pod], settings=Settings())
+    (finding,) = audit([namespace("ml"), PYTORCH_JOB, pod], decide=decider(Settings()))
     assert finding.workload == "PyTorchJob/mnist" and finding.pods == 1
     assert finding.chain_kinds == "Pod -> PyTorchJob"
     assert not any("was not listed" in n for n in finding.notes)

@@ -10,10 +10,9 @@ import yaml
 
 from controller.provision import wanted_templates
 from gpucluster.migrate import MigrateResult, migrate_text
+from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from gpucluster.translate import TRANSLATED_LABEL
 from tests.migrate.conftest import Main
-from webhook.rules.pods import WEBHOOK_CONFIG
-from webhook.settings import TRANSLATE_LABEL
 
 
 def migrate(text: str, source: str = "test.yaml") -> MigrateResult:

@@ -18,10 +18,9 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.migrate import MigrateResult, migrate_text
+from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from gpucluster.translate import translate_pod_spec
 from tests.migrate.conftest import EXPECTED, INPUT
-from webhook.rules.pods import WEBHOOK_CONFIG
-from webhook.settings import TRANSLATE_LABEL
 
 GOLDEN_NAMES = sorted(p.name for p in INPUT.iterdir() if p.is_file())
 ANNOTATION = WEBHOOK_CONFIG.annotation

@@ -9,11 +9,11 @@ from typing import Any
 import jsonpatch
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.admission import Admission, admit
 from webhook.review import decode_patch
-from webhook.settings import Settings
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 

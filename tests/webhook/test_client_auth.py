@@ -17,11 +17,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
 from webhook.server import build_app, serve
-from webhook.settings import Settings
 from webhook.tls import ReloadingTLS
 
 

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.admission import admit
 from webhook.review import decode_patch
-from webhook.settings import Settings
 
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
 CLUSTER = ClusterState.from_objects([])

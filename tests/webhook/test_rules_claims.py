@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.fixtures import load_fixture
 from tests.webhook.reviews import review
 from webhook.admission import Admission, admit
-from webhook.settings import Settings
 
 GPU_CLASS = {
     "apiVersion": "resource.k8s.io/v1",

@@ -8,10 +8,10 @@ from typing import Any
 import jsonpatch
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.webhook.reviews import clusterpolicy, gpucluster, nvidiadriver, review
 from webhook.admission import Admission, admit
 from webhook.review import decode_patch
-from webhook.settings import Settings
 
 
 def run(body: dict[str, Any], *objects: dict[str, Any], path: str = "validate") -> Admission:

@@ -9,11 +9,11 @@ import jsonpatch
 import pytest
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import TRANSLATE_LABEL, Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.admission import Admission, admit
 from webhook.review import decode_patch
-from webhook.settings import TRANSLATE_LABEL, Settings
 
 NAMESPACE = {
     "apiVersion": "v1",

@@ -14,9 +14,9 @@ import pytest
 
 from certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from tests.webhook.reviews import clusterpolicy, gpucluster, review
 from webhook.server import MAX_BODY_BYTES, build_app, serve
-from webhook.settings import Settings
 from webhook.tls import ReloadingTLS
 
 

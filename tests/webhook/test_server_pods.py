@@ -10,13 +10,13 @@ import jsonpatch
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook import server
 from webhook.review import decode_patch
 from webhook.server import build_app
-from webhook.settings import Settings
 
 
 async def _post(body: dict[str, Any]) -> dict[str, Any]:

@@ -10,14 +10,14 @@ import jsonpatch
 
 from gpucluster.audit import audit
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import SharedGPU, sharing_resource, translate_pod_spec
 from tests.migrate.test_audit import deployment_with_pods, namespace
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.admission import admit
+from webhook.audit import decider
 from webhook.review import MAX_WARNING_LENGTH, decode_patch
-from webhook.rules.pods import WEBHOOK_CONFIG
-from webhook.settings import Settings
 
 HAMI = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 
@@ -67,7 +67,7 @@ def test_webhook_translates_the_other_containers_only() -> None:
 
 def test_audit_reports_a_shared_workload_as_skip_with_the_reason() -> None:
     tpl = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container("shared", HAMI)]}}
-    (finding,) = audit([namespace("ml"), *deployment_with_pods("hami", tpl, 2)])
+    (finding,) = audit([namespace("ml"), *deployment_with_pods("hami", tpl, 2)], decide=decider())
     assert finding.action == "skip"
     assert finding.reason.startswith("container shared: nvidia.com/gpu qualified by nvidia.com/gpucores")
     assert "container left unchanged" in finding.reason

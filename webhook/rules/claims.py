@@ -17,8 +17,8 @@ from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
 from gpucluster.dra import gates
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
 from gpucluster.dra.worker import shared_worker
+from gpucluster.policy import Settings
 from webhook.review import AdmissionRequest, Verdict, short_warning
-from webhook.settings import Settings
 
 # Claims the resourceclaim controller makes from a pod's template carry this annotation; the
 # template was checked when it was created, so they are not checked again per pod.

@@ -6,8 +6,8 @@ from typing import Any
 
 from gpucluster.api.validation import validate_gpucluster
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from webhook.review import AdmissionRequest, Verdict
-from webhook.settings import Settings
 
 _ONE_MODEL = (
     "a cluster uses one GPU management model, either the device-plugin model (ClusterPolicy) "

@@ -14,8 +14,8 @@ from typing import Any
 from gpucluster.api.validation import validate_model
 from gpucluster.api.views import NVIDIADriver
 from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
 from webhook.review import AdmissionRequest, Verdict
-from webhook.settings import Settings
 
 _PATHS: tuple[tuple[str, ...], ...] = (("spec", "upgradePolicy"), ("spec", "driver", "upgradePolicy"))
 

@@ -19,20 +19,18 @@ are never translated.
 from __future__ import annotations
 
 import base64
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
+from gpucluster.policy import WEBHOOK_CONFIG, Settings, native_resources, opted_out
 from gpucluster.translate import (
-    DEFAULT_CONFIG,
     MAX_TEMPLATES_ANNOTATION_BYTES,
     TEMPLATES_ANNOTATION,
     TRANSLATED_LABEL,
@@ -44,11 +42,6 @@ from gpucluster.translate import (
     translate_pod_spec,
 )
 from webhook.review import AdmissionRequest, Verdict, short_warning
-from webhook.settings import TRANSLATE_LABEL, Settings
-
-# Only GPU-looking names are reported when they cannot be translated; nvidia.com/ also holds the
-# Network Operator's RDMA resources, which are none of our business.
-WEBHOOK_CONFIG = replace(DEFAULT_CONFIG, watched_prefixes=("nvidia.com/gpu", "nvidia.com/mig-"))
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -62,26 +55,6 @@ MATCH_CONDITION = (
     "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/gpu') || k.startsWith('nvidia.com/mig-')))"
     ")))"
 )
-
-
-def opted_out(pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None) -> str | None:
-    meta = metadata(pod)
-    for where, values in (("pod label", meta.get("labels")), ("pod annotation", meta.get("annotations"))):
-        if isinstance(values, dict) and str(values.get(TRANSLATE_LABEL, "")).lower() == "false":
-            return where
-    if namespace_labels and namespace_labels.get(TRANSLATE_LABEL, "").lower() == "false":
-        return "namespace label"
-    return None
-
-
-def native_resources(cluster: ClusterState) -> dict[str, str]:
-    """Extended resource name -> DeviceClass for classes that map one natively (DRAExtendedResource)."""
-    out = {}
-    for device_class in cluster.list("DeviceClass"):
-        name = (device_class.get("spec") or {}).get("extendedResourceName")
-        if isinstance(name, str) and name:
-            out[name] = str(metadata(device_class).get("name", ""))
-    return out
 
 
 def _requested_classes(spec: Mapping[str, Any]) -> set[str]:
@@ -115,47 +88,83 @@ def existing_claim_classes(pod: Mapping[str, Any], namespace: str, cluster: Clus
     return classes
 
 
-class _TranslationCache:
-    """Translations of pod specs, keyed by content.
+K = TypeVar("K")
+V = TypeVar("V")
 
-    The pods of a Deployment, Job or StatefulSet share one spec, so at scale most reviews repeat a
-    translation already made. The key is the spec's exact JSON, the namespace (templates carry it),
-    the existing translated-from annotation and the config; values are shared and never modified.
-    """
 
-    def __init__(self, size: int = 1024) -> None:
+class _Recent(Generic[K, V]):
+    """At most ``size`` entries; the least recently used goes first."""
+
+    def __init__(self, size: int) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = OrderedDict()
+        self._entries: OrderedDict[K, V] = OrderedDict()
 
-    def get(
-        self,
-        spec: Mapping[str, Any],
-        spec_key: bytes,
-        namespace: str,
-        marker: str | None,
-        config: TranslationConfig,
-        config_key: Any,
-    ) -> tuple[Translation, list[dict[str, Any]]]:
-        key = (spec_key, namespace, marker, config_key)
+    def get(self, key: K) -> V | None:
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
-            return found
-        annotations = {config.annotation: marker} if marker is not None else None
-        translation = translate_pod_spec(spec, namespace=namespace, existing_annotations=annotations, config=config)
-        entry = (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
-        self._entries[key] = entry
+        return found
+
+    def put(self, key: K, value: V) -> V:
+        self._entries[key] = value
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
-        return entry
+        return value
 
 
-_CACHE = _TranslationCache()
+@dataclass
+class _SpecMemo:
+    """What the pod rule learnt about pod specs, by content: a function of the key alone, so it is
+    kept on the cluster view for the view's life (:func:`_spec_memo`), not per generation.
+
+    The pods of a Deployment, Job or StatefulSet share one spec, so at scale most reviews repeat a
+    translation already made. A translation's key is the spec's exact JSON, the namespace
+    (templates carry it), the existing translated-from annotation and the native mappings; values
+    are shared and never modified.
+    """
+
+    translations: _Recent[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = field(
+        default_factory=lambda: _Recent(1024)
+    )
+    gpu_resources: _Recent[bytes, frozenset[str]] = field(default_factory=lambda: _Recent(4096))
 
 
-@lru_cache(maxsize=64)
-def _native_config(native: frozenset[tuple[str, str]]) -> TranslationConfig:
-    return _config_without(WEBHOOK_CONFIG, dict(native))
+def _spec_memo(cluster: ClusterState) -> _SpecMemo:
+    return cluster.derived("pod-rule-specs", lambda _: _SpecMemo(), kinds=())
+
+
+def _translate(
+    memo: _SpecMemo, spec: Mapping[str, Any], spec_key: bytes, namespace: str, marker: str | None, native: _Native
+) -> tuple[Translation, list[dict[str, Any]]]:
+    """The translation of ``spec`` and its patch operations, made once per key."""
+    config, native_key = native
+    key = (spec_key, namespace, marker, native_key)
+    found = memo.translations.get(key)
+    if found is not None:
+        return found
+    annotations = {config.annotation: marker} if marker is not None else None
+    translation = translate_pod_spec(spec, namespace=namespace, existing_annotations=annotations, config=config)
+    return memo.translations.put(
+        key, (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
+    )
+
+
+# The translation config with the natively mapped names taken out, and those names (the key of
+# the translations made with it).
+_Native = tuple[TranslationConfig, frozenset[tuple[str, str]]]
+
+
+def _native_config(cluster: ClusterState) -> _Native:
+    """:data:`WEBHOOK_CONFIG` without what the view's DeviceClasses map natively, kept on the view
+    until its DeviceClasses change."""
+
+    def build(view: ClusterState) -> _Native:
+        native = native_resources(view)
+        if not native:
+            return WEBHOOK_CONFIG, frozenset()
+        return _config_without(WEBHOOK_CONFIG, native), frozenset(native.items())
+
+    return cluster.derived("pod-rule-native-config", build, kinds=("DeviceClass",))
 
 
 def _config_without(config: TranslationConfig, native: Mapping[str, str]) -> TranslationConfig:
@@ -192,14 +201,15 @@ def _meta_well_formed(pod: Mapping[str, Any]) -> bool:
     return all(meta.get(k) is None or isinstance(meta.get(k), dict) for k in ("labels", "annotations"))
 
 
-@lru_cache(maxsize=4096)
-def _spec_gpu_resources(spec_key: bytes) -> frozenset[str] | None:
-    """GPU-looking resource names a pod spec asks for; None for a malformed spec. Keyed by the
+def _spec_gpu_resources(memo: _SpecMemo, spec_key: bytes) -> frozenset[str]:
+    """GPU-looking resource names a pod spec asks for (none for a malformed spec). Keyed by the
     spec's JSON: the pods of one workload share it, so this runs once per workload."""
-    spec = orjson.loads(spec_key)
-    if not _spec_well_formed(spec):
-        return None
-    return frozenset(_gpu_resource_names(spec, WEBHOOK_CONFIG))
+    found = memo.gpu_resources.get(spec_key)
+    if found is None:
+        spec = orjson.loads(spec_key)
+        names = _gpu_resource_names(spec, WEBHOOK_CONFIG) if _spec_well_formed(spec) else ()
+        found = memo.gpu_resources.put(spec_key, frozenset(names))
+    return found
 
 
 def _problem_warning(problem: str) -> str:
@@ -234,45 +244,19 @@ class _Answer:
     encoded_patch: str = field(default="", repr=False)
 
 
-class _AnswerCache:
-    """Whole answers of the pod rule per cluster view, dropped when the view changes.
+def _answers(cluster: ClusterState) -> _Recent[tuple[Any, ...], _Answer]:
+    """Whole answers of the pod rule, kept on the cluster view until it changes.
 
     The pods of a workload share one spec, labels and annotations and differ in their name (and
     the review in its uid), which the patch never touches: the patch is a diff of the spec, the
     labels and the annotations only. So all of a ReplicaSet's reviews after the first cost a dict
-    lookup. Keyed per ClusterState object (weakly: a view that goes away takes its answers along)
-    and its ``generation``, which any change of any watched kind bumps.
+    lookup. Any change of any watched kind bumps the view's generation, which drops them.
     """
-
-    def __init__(self, size: int = 2048) -> None:
-        self.size = size
-        self._views: weakref.WeakKeyDictionary[ClusterState, tuple[int, OrderedDict[tuple[Any, ...], _Answer]]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._last: tuple[weakref.ref[ClusterState], int, OrderedDict[tuple[Any, ...], _Answer]] | None = None
-
-    def entries(self, cluster: ClusterState) -> OrderedDict[tuple[Any, ...], _Answer]:
-        last = self._last  # a server has one view: skip the weak dictionary's lookup
-        if last is not None and last[0]() is cluster and last[1] == cluster.generation:
-            return last[2]
-        found = self._views.get(cluster)
-        if found is None or found[0] != cluster.generation:
-            found = (cluster.generation, OrderedDict())
-            self._views[cluster] = found
-        self._last = (weakref.ref(cluster), found[0], found[1])
-        return found[1]
-
-    def put(self, entries: OrderedDict[tuple[Any, ...], _Answer], key: tuple[Any, ...], answer: _Answer) -> None:
-        entries[key] = answer
-        if len(entries) > self.size:
-            entries.popitem(last=False)
-
-
-_ANSWERS = _AnswerCache()
+    return cluster.derived("pod-rule-answers", lambda _: _Recent(2048))
 
 
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
-    """The pod rule, answered from :data:`_ANSWERS` when a pod of the same shape was answered before."""
+    """The pod rule, answered from the view's :func:`_answers` when a pod of the same shape was answered before."""
     pod = request.obj
     if request.operation != "CREATE" or pod is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
@@ -296,7 +280,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
         )
     except TypeError:  # orjson refuses it (a huge integer, say): no caching, same answer
         return _mutate_pod(request, cluster, settings)
-    entries = _ANSWERS.entries(cluster)
+    entries = _answers(cluster)
     try:
         answer = entries.get(key)
     except TypeError:  # settings that cannot be hashed: no caching, same answer
@@ -304,9 +288,8 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     if answer is None:
         verdict = _mutate_pod(request, cluster, settings, spec_key=key[0])
         answer = _shareable(verdict)
-        _ANSWERS.put(entries, key, answer)
+        entries.put(key, answer)
         return verdict
-    entries.move_to_end(key)
     shared = answer.verdict
     verdict = Verdict(
         allowed=shared.allowed, code=shared.code, reason=shared.reason, message=shared.message,
@@ -339,7 +322,8 @@ def _mutate_pod(
     if not _meta_well_formed(pod) or not isinstance(pod.get("spec"), dict):
         return Verdict.allow(outcome="skipped")
     spec_key = spec_key if spec_key is not None else orjson.dumps(pod["spec"])
-    wanted = _spec_gpu_resources(spec_key)
+    memo = _spec_memo(cluster)
+    wanted = _spec_gpu_resources(memo, spec_key)
     if not wanted:  # no GPU asked for, or a malformed spec
         return Verdict.allow(outcome="skipped")
     namespace = request.namespace or str(metadata(pod).get("namespace") or "")
@@ -351,20 +335,18 @@ def _mutate_pod(
         return Verdict.allow(
             short_warning("not translated: mirror (static) pods cannot reference ResourceClaims; use a DaemonSet")
         )
-    config = WEBHOOK_CONFIG
     if opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
-    native = native_resources(cluster)
-    config_key: Any = None
-    if settings.translation_mode in ("auto", "audit") and native:
-        config_key = frozenset(native.items())
-        config = _native_config(config_key)
-        if all(config.resolve(r) is None for r in wanted):
+    native: _Native = (WEBHOOK_CONFIG, frozenset())
+    if settings.translation_mode in ("auto", "audit"):
+        native = _native_config(cluster)
+        if native[1] and all(native[0].resolve(r) is None for r in wanted):
             return Verdict.allow(outcome="skipped")  # the scheduler allocates these natively
+    config = native[0]
     meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
-    translation, spec_ops = _CACHE.get(pod["spec"], spec_key, namespace, marker, config, config_key)
+    translation, spec_ops = _translate(memo, pod["spec"], spec_key, namespace, marker, native)
     # A container left alone for GPU sharing gets the short form of its reason (the long one
     # does not fit in a warning).
     sharing = {shared.problem: shared for shared in translation.shared}
@@ -409,9 +391,8 @@ def _mutate_pod(
         "annotations": {**(annotations or {}), **translation.annotations, TEMPLATES_ANNOTATION: record},
     }
     patched = {**pod, "metadata": new_meta, "spec": spec}
-    ops = (diff(pod["metadata"], new_meta, "/metadata") if "metadata" in pod else [
-        {"op": "add", "path": "/metadata", "value": new_meta}
-    ]) + spec_ops  # fmt: skip
+    # The metadata diffed as a member of the pod, so a pod without metadata gets it added whole.
+    ops = diff({"metadata": pod["metadata"]} if "metadata" in pod else {}, {"metadata": new_meta}) + spec_ops
     # creates: what the controller provisions once the pod exists (admit_request empties it for a
     # dryRun review: that pod never exists).
     return Verdict(patched=patched, patch=ops, creates=templates, warnings=warnings, outcome="mutated")

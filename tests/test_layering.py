@@ -1,0 +1,143 @@
+"""The layers point one way: the core never imports a shell.
+
+- **Core**: every module of the ``gpucluster`` package but the three below (``api``, ``dra``,
+  ``translate``, ``policy``, ``migrate``, ``audit``, ``clusterstate``, ...). Pure functions of plain
+  data; imports only the core and third-party libraries, never the Kubernetes client or aiohttp.
+- **Kubernetes toolkit** ``gpucluster.kube``: the I/O the shells share (client, reflector,
+  workqueue, events). It may import the core; the core never imports it.
+- **Shells**: ``webhook``, ``controller``, ``certs``, ``sandbox``, and the CLI, which stays inside
+  the package because it is the console script's: ``gpucluster.cli`` and ``gpucluster.commands``
+  are the only modules of ``gpucluster`` allowed to import shells (each command wires a shell to
+  the core). No other shell imports the CLI.
+
+The imports are read from the source (``ast``, nothing is imported), including the ones inside
+functions and ``TYPE_CHECKING`` blocks, relative imports, and ``importlib.import_module`` calls
+with a literal name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHELLS = ("webhook", "controller", "certs", "sandbox")
+CLI = ("gpucluster.cli", "gpucluster.commands")
+TOOLKIT = ("gpucluster.kube",)
+IO_CLIENTS = ("kubernetes", "aiohttp")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules(package: str) -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``source``, the source of ``module``."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # from pkg import submodule
+                yield node.lineno, f"{target}.{alias.name}"
+        elif (
+            isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id == "import_module")
+            )
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.lineno, node.args[0].value
+
+
+def _imports_of(path: Path) -> Iterator[tuple[int, str]]:
+    return imports(path.read_text(), _module_name(path), is_package=path.name == "__init__.py")
+
+
+def core_modules() -> dict[str, Path]:
+    return {
+        name: path
+        for name, path in _modules("gpucluster").items()
+        if not _within(name, CLI) and not _within(name, TOOLKIT)
+    }
+
+
+def violations(modules: dict[str, Path], forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for path in modules.values()
+        for line, target in _imports_of(path)
+        if _within(target, forbidden)
+    ]
+
+
+def test_the_core_is_what_the_rule_says() -> None:
+    core = core_modules()
+    for name in ("gpucluster.audit", "gpucluster.translate", "gpucluster.policy", "gpucluster.dra.allocator"):
+        assert name in core
+    assert not any(_within(name, (*CLI, *TOOLKIT)) for name in core)
+
+
+def test_the_core_never_imports_a_shell_the_cli_or_the_kubernetes_toolkit() -> None:
+    assert violations(core_modules(), (*SHELLS, *CLI, *TOOLKIT)) == []
+
+
+def test_the_core_never_imports_the_kubernetes_client_or_aiohttp() -> None:
+    assert violations(core_modules(), IO_CLIENTS) == []
+
+
+def test_dra_never_imports_the_kubernetes_client_or_aiohttp() -> None:
+    dra = {name: path for name, path in core_modules().items() if _within(name, ("gpucluster.dra",))}
+    assert "gpucluster.dra.allocator" in dra
+    assert violations(dra, IO_CLIENTS) == []
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_no_shell_imports_the_cli(shell: str) -> None:
+    assert violations(_modules(shell), CLI) == []
+
+
+def test_the_toolkit_never_imports_a_shell_or_the_cli() -> None:
+    assert violations(_modules("gpucluster/kube"), (*SHELLS, *CLI)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "found"),
+    [
+        ("import webhook.admission", "gpucluster.audit", "webhook.admission"),
+        ("from webhook.rules import pods", "gpucluster.audit", "webhook.rules.pods"),
+        ("def f():\n    from controller import reconcile", "gpucluster.dra.model", "controller.reconcile"),
+        ("from ..commands import audit", "gpucluster.dra.model", "gpucluster.commands.audit"),
+        ("from . import cli", "gpucluster", "gpucluster.cli"),
+        ("importlib.import_module('sandbox.server')", "gpucluster.translate", "sandbox.server"),
+        ("from kubernetes.aio import client", "gpucluster.dra.pools", "kubernetes.aio"),
+    ],
+)
+def test_every_form_of_import_is_seen(source: str, module: str, found: str) -> None:
+    names = {name for _, name in imports(source, module, is_package=module == "gpucluster")}
+    assert found in names
