@@ -95,3 +95,25 @@ def test_usage_errors_exit_2(files: tuple[str, str]) -> None:
     with pytest.raises(SystemExit) as info:
         _run("--claim", claim, "--cluster", cluster, "--kubernetes-version", "1.33")
     assert info.value.code == 2
+
+
+def test_objects_changed_in_place_are_explained_as_they_are_now() -> None:
+    """Nothing parsed outlives an explanation: a caller that edits its objects in place (device
+    attributes, node labels) gets answers about the new values, not about an earlier parse."""
+    from gpucluster.dra.allocator import explain
+    from gpucluster.dra.model import node_from_object
+
+    cluster = [*simulate.node_slices("node-a", "H100", 8), simulate.node_object("node-a"), t.device_class()]
+    b200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'
+    claim = t.claim(t.exact(count=1, selectors=[{"cel": {"expression": b200}}]))
+    assert not explain([claim], cluster).satisfiable
+    for obj in cluster:
+        if obj["kind"] == "ResourceSlice":
+            for device in obj["spec"]["devices"]:
+                device["attributes"]["productName"] = {"string": "NVIDIA B200"}
+    assert explain([claim], cluster).satisfiable
+
+    node = next(o for o in cluster if o["kind"] == "Node")
+    assert node_from_object(node, 0).labels["kubernetes.io/hostname"] == "node-a"
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = "renamed"
+    assert node_from_object(node, 0).labels["kubernetes.io/hostname"] == "renamed"

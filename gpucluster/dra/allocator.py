@@ -41,9 +41,8 @@ from gpucluster.dra.model import (
     Semantics,
     node_from_object,
     object_ref,
-    prune_node_cache,
 )
-from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice, prune_cache
+from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice
 from gpucluster.dra.search import DEFAULT_DEADLINE_MS, DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
 
 __all__ = [
@@ -403,8 +402,6 @@ def explain(
         slices, class_objects, node_infos, allocated = _split_cluster(cluster, semantics)
     except AllocatorInputError as exc:
         raise AllocatorInputError(str(exc), "cluster") from None
-    prune_cache(s.raw for _, s in slices)
-    prune_node_cache(o for o in cluster if isinstance(o, Mapping) and o.get("kind") == "Node")
 
     if not claims:
         raise AllocatorInputError("no ResourceClaim or ResourceClaimTemplate to explain", "claims")

@@ -5,7 +5,7 @@ Pure functions of plain data. The allocator itself lives in :mod:`gpucluster.dra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -240,34 +240,8 @@ def parse_node_selector(raw: Any, where: str) -> NodeSelector:
     return NodeSelector(tuple(terms))
 
 
-_NODE_CACHE: dict[int, tuple[Mapping[str, Any], Any, NodeInfo]] = {}
-
-
 def node_from_object(obj: Mapping[str, Any], index: int) -> NodeInfo:
-    """A Node's name and labels (cached per object, like slices)."""
-    meta = obj.get("metadata")
-    hit = _NODE_CACHE.get(id(obj))
-    if hit is not None and hit[0] is obj and isinstance(meta, Mapping) and hit[1] is meta.get("labels"):
-        return hit[2]
-    info = _parse_node(obj, index)
-    _NODE_CACHE[id(obj)] = (obj, meta.get("labels") if isinstance(meta, Mapping) else None, info)
-    return info
-
-
-def forget_parsed_nodes() -> None:
-    """Drop every parsed Node (benchmarks measuring a first run)."""
-    _NODE_CACHE.clear()
-
-
-def prune_node_cache(keep: Iterable[Mapping[str, Any]]) -> None:
-    """Forget parsed Nodes other than ``keep`` once the cache outgrows them (bounded memory)."""
-    ids = {id(obj) for obj in keep}
-    if len(_NODE_CACHE) > 2 * len(ids) + 1024:
-        for key in [k for k in _NODE_CACHE if k not in ids]:
-            del _NODE_CACHE[key]
-
-
-def _parse_node(obj: Mapping[str, Any], index: int) -> NodeInfo:
+    """A Node's name and labels (``index``: its position in the input, for unnamed Nodes)."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise AllocatorInputError(f"Node #{index}: metadata.name: required")

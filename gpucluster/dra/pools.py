@@ -42,7 +42,7 @@ class Taint:
 
 @dataclass(slots=True, eq=False)
 class Device:
-    """One ``spec.devices[]`` entry. Hashable by identity (cached with its slice)."""
+    """One ``spec.devices[]`` entry. Hashable by identity."""
 
     name: str
     key: DeviceKey
@@ -112,46 +112,9 @@ class Slice:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parsing, cached per slice object: the same dicts are explained again and again (the webhook,
-# the controller, a benchmark); a changed object is a new dict or a new resourceVersion.
-
-_CACHE: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], Slice]] = {}
-
-
-def prune_cache(keep: Iterable[Mapping[str, Any]]) -> None:
-    """Forget parsed slices other than ``keep`` once the cache outgrows them (bounded memory)."""
-    ids = {id(raw) for raw in keep}
-    if len(_CACHE) > 2 * len(ids) + 1024:
-        for key in [k for k in _CACHE if k not in ids]:
-            del _CACHE[key]
-
-
-def _fingerprint(raw: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = raw.get("metadata")
-    spec = raw.get("spec")
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-        return (id(meta), id(spec))
-    pool = spec.get("pool")
-    devices = spec.get("devices")
-    return (
-        meta.get("resourceVersion"),
-        id(spec),
-        id(pool),
-        pool.get("generation") if isinstance(pool, Mapping) else None,
-        id(devices),
-        len(devices) if isinstance(devices, list) else -1,
-    )
-
-
-def parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
-    key = id(raw)
-    fp = _fingerprint(raw)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is raw and hit[1] == fp:
-        return hit[2]
-    parsed = _parse_slice(raw, index)
-    _CACHE[key] = (raw, fp, parsed)
-    return parsed
+# Parsing. Nothing parsed is kept between calls: an explanation parses each slice of its cluster
+# once, and a caller that explains the same objects again keeps what it derived itself (see
+# ClusterState.derived), so no process-wide cache can hand out a stale Slice.
 
 
 def _str(value: Any, where: str, *, required: bool = True) -> str:
@@ -202,7 +165,8 @@ def _parse_taints(raw: Any, where: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-def _parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
+def parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
+    """The ResourceSlice ``raw`` (``index``: its position in the input, for unnamed slices)."""
     meta = raw.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
@@ -335,11 +299,6 @@ def _plain_device(d: Any, driver: str, pool: str, index: int) -> Device | None:
         consumes=(),
         has_binding_conditions=False,
     )
-
-
-def forget_parsed() -> None:
-    """Drop every parsed slice (benchmarks measuring a first run)."""
-    _CACHE.clear()
 
 
 def check_slice_for_version(s: Slice, semantics: Semantics) -> None:

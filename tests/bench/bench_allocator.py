@@ -15,8 +15,6 @@ import json
 from typing import Any
 
 from gpucluster.dra import simulate
-from gpucluster.dra.model import forget_parsed_nodes
-from gpucluster.dra.pools import forget_parsed
 from tests.bench.bench_explain import timed
 
 NODES = 1000
@@ -74,9 +72,7 @@ def _scenarios() -> list[tuple[str, bool, dict[str, Any]]]:
 
 def _first_run(claim: dict[str, Any], text: str, fits: bool, family: str) -> tuple[float, float]:
     """(time of the whole explanation, time of its slowest node) on a freshly loaded cluster."""
-    # Nothing parsed before, and the last cluster freed outside the timing.
-    forget_parsed()
-    forget_parsed_nodes()
+    # A fresh cluster (nothing parsed is kept between explanations).
     cluster = json.loads(text)
     elapsed, result = timed([claim], cluster)
     assert result.satisfiable == fits, (family, result.one_line())
