@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpucluster.dra import allocator, simulate
+from gpucluster.dra import allocator
 from gpucluster.dra.allocator import AllocatorInputError, Explanation, explain
+from sandbox.sim import gpunodes as simulate
 
 GPU = "gpu.nvidia.com"
 H100 = "NVIDIA H100 80GB HBM3"

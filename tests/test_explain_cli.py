@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gpucluster.commands import explain as explain_command
-from gpucluster.dra import simulate
 from gpucluster.errors import InputError
+from sandbox.sim import gpunodes as simulate
 from tests import test_allocator as t
 
 

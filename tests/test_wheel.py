@@ -17,7 +17,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from gpucluster.dra import simulate
+from sandbox.sim import gpunodes as simulate
 from tests import test_allocator as t
 
 REPO = Path(__file__).resolve().parents[1]

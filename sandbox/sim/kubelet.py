@@ -2,7 +2,7 @@
 kubelet that starts bound pods.
 
 * ``plan_nodes`` turns ``--nodes/--gpus-per-node/--mix`` into node plans (model, GPU count, MIG
-  layout) and ``register_nodes`` creates the Nodes (``gpucluster.dra.simulate.node_object``:
+  layout) and ``register_nodes`` creates the Nodes (``sandbox.sim.gpunodes.node_object``:
   NFD and GPU Feature Discovery labels, ``feature.node.kubernetes.io/pci-10de.present=true``).
 * ``SlicePublisher``: while a pod of a DaemonSet named ``nvidia-dra-driver-kubelet-plugin`` (any
   namespace) runs on a simulated node (phase Running, not being deleted), the node publishes the
@@ -28,11 +28,11 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucluster.dra import simulate
 from gpucluster.kube import predicates
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import DELETED, Event
+from sandbox.sim import gpunodes as simulate
 from sandbox.sim import process
 from sandbox.sim.base import Controller, Obj, Retry, meta
 from sandbox.sim.events import EventRecorder

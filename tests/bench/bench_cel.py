@@ -22,7 +22,7 @@ from typing import Any
 
 from gpucluster.dra.cel import clear_slice_cache, compile_selector, slice_views
 from gpucluster.dra.cel.oracle import OracleProgram, activation
-from gpucluster.dra.simulate import cluster_slices
+from sandbox.sim.gpunodes import cluster_slices
 
 SELECTORS = {
     "productName ==": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"',

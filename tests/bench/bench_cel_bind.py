@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from gpucluster.dra.cel import clear_slice_cache, compile_selector, slice_views
-from gpucluster.dra.simulate import cluster_slices
+from sandbox.sim.gpunodes import cluster_slices
 
 EXPRESSION = (
     'cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName == "NVIDIA H100 80GB HBM3" && a.type == "gpu")'

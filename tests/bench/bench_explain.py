@@ -14,8 +14,8 @@ import statistics
 import time
 from typing import Any
 
-from gpucluster.dra import simulate
 from gpucluster.dra.allocator import Explanation, explain
+from sandbox.sim import gpunodes as simulate
 
 NODES = 1000
 GPUS = 8

@@ -164,7 +164,7 @@ def test_gpucluster_crd_status_column(threaded: SandboxThread) -> None:
 
 
 def test_nodes_and_dry_run(threaded: SandboxThread) -> None:
-    from gpucluster.dra.simulate import node_object
+    from sandbox.sim.gpunodes import node_object
 
     kubectl(threaded, "create", "-f", "-", stdin=json.dumps(node_object("gpu-node-0", "H100", 8)))
     rows = [line.split() for line in kubectl(threaded, "get", "nodes").stdout.splitlines()]

@@ -13,8 +13,9 @@ import pytest
 
 from controller.explain import Explainer
 from gpucluster.clusterstate import ClusterState
-from gpucluster.dra import simulate, worker
+from gpucluster.dra import worker
 from gpucluster.dra.worker import AllocatorWorker
+from sandbox.sim import gpunodes as simulate
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
