@@ -20,7 +20,6 @@ from gpucluster.dra.cel import (
     CelRuntimeError,
     DeviceView,
     Program,
-    clear_slice_cache,
     compile_selector,
     device_view,
     slice_views,
@@ -449,8 +448,7 @@ def test_strict_typing_of_versions_and_quantities() -> None:
     assert run('device.attributes["dra.example.com"].i < 1.5', dev)  # cross-type numeric ordering
 
 
-def test_slice_views_and_cache() -> None:
-    clear_slice_cache()
+def test_slice_views_are_built_per_call() -> None:
     metadata = {"name": "node-1-gpu", "uid": "u1", "generation": 1, "resourceVersion": "7"}
     resource_slice: dict[str, Any] = {
         "metadata": metadata,
@@ -465,11 +463,13 @@ def test_slice_views_and_cache() -> None:
     }
     views = slice_views(resource_slice)
     assert [v.name for v in views] == ["gpu-0", "gpu-1"]
-    assert slice_views(resource_slice) is views
-    changed = {**resource_slice, "metadata": {**metadata, "resourceVersion": "8"}}
-    assert slice_views(changed) is not views
     program = compile_selector('device.attributes["gpu.nvidia.com"].index == 1')
     assert [program.evaluate(v) for v in views] == [False, True]
+    # No process-wide cache: a slice edited in place (same name and version) is seen as it is now.
+    resource_slice["spec"]["devices"][1]["attributes"]["index"] = {"int": 2}
+    again = slice_views(resource_slice)
+    assert again is not views
+    assert [program.evaluate(v) for v in again] == [False, False]
 
 
 def test_program_reads_and_cache() -> None:

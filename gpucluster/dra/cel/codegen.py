@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from gpucluster.dra.cel import ast, library, runtime, values
 from gpucluster.dra.cel import types as t
@@ -25,6 +25,8 @@ from gpucluster.dra.cel.view import EMPTY_MAP
 from gpucluster.dra.quantity import Quantity, QuantityError
 from gpucluster.dra.semver import Semver, SemverError
 
+# Prefix of an environment entry that names a device domain rather than a Python variable.
+_ALIAS = "\x00alias\x00"
 _PRIMS = {"int": int, "string": str, "bool": bool, "double": float, "bytes": bytes}
 _DEVICE_MAP_TYPES = (ATTRIBUTES_TYPE, CAPACITY_TYPE)
 _REL_OPS = {"_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">="}
@@ -33,6 +35,13 @@ _REL_FNS = {"_<_": values.lt, "_<=_": values.le, "_>_": values.gt, "_>=_": value
 
 def _possibly_device_map(typ: t.Type | None) -> bool:
     return typ is None or typ in _DEVICE_MAP_TYPES or t.is_dyn(typ)
+
+
+def _not_bool(result: Any) -> NoReturn:
+    name = values.type_name(result)
+    raise CelRuntimeError(
+        f"CEL result of type {name} could not be converted to bool: must evaluate to bool, not {name}"
+    )
 
 
 class Generator:
@@ -52,11 +61,16 @@ class Generator:
             "_nso": values.no_such_overload,
             "_ovf": values.int_overflow,
             "_eq": values.equals,
+            "_not_bool": _not_bool,
         }
         self.const_ids: dict[tuple[type, Any], str] = {}
         self.functions: list[str] = []
         self.counter = 0
         self.reads: set[tuple[str, ...]] = set()
+        # Calls of functions whose every exit is ``return True``, ``return False`` or a raise,
+        # with the statements that do the same inline: a root call of one is inlined into the
+        # entry function (one Python call per device fewer).
+        self.inlinable: dict[str, tuple[str, list[str]]] = {}
 
     # -- bookkeeping -----------------------------------------------------------------------
     def tmp(self) -> str:
@@ -94,24 +108,50 @@ class Generator:
 
     @staticmethod
     def params(env: dict[str, str]) -> list[str]:
-        return ["d", *sorted(set(env.values()) - {"d"})]
+        return ["d", *sorted(v for v in set(env.values()) - {"d"} if not v.startswith(_ALIAS))]
 
     def call_fn(self, name: str, *args: str) -> str:
         fn = library.IMPLS[name]
         return f"{self.const(fn)}({', '.join(args)})"
 
     # -- entry -----------------------------------------------------------------------------
-    def compile(self, root: ast.Node) -> Callable[[Any], Any]:
+    def compile(self, root: ast.Node) -> Callable[[Any], bool]:
+        """The entry function ``_evaluate(d)``: the expression's bool verdict or CelRuntimeError.
+
+        A root that became a call ``_fN(d)`` of a function returning only True/False has its
+        body inlined into the entry function: one Python call per device fewer.
+        """
         body = self.expr(root, {"device": "d"})
-        source = "\n\n".join([*self.functions, f"def _main(d):\n    return {body}"]) + "\n"
+        found = self.inlinable.get(body)
+        inlined = None
+        if found is not None:
+            fn, inlined = found
+            self.functions = [f for f in self.functions if not f.startswith(f"def {fn}(")]
+            core = ["    " + line for line in inlined]
+        else:
+            core = [f"    _r = {body}"]
+        entry = [
+            "def _evaluate(d):",
+            "    try:",
+            *("    " + line for line in core),
+            "    except _Err:",
+            "        raise",
+            "    except RecursionError:",
+            "        raise _Err('evaluation recursion limit exceeded') from None",
+            "    except Exception as _x:  # a defect here must not take the caller down",
+            "        raise _Err(f'internal error evaluating CEL expression: {_x!r}') from _x",
+        ]
+        if inlined is None:
+            entry += ["    if _r is True or _r is False:", "        return _r", "    _not_bool(_r)"]
+        source = "\n\n".join([*self.functions, "\n".join(entry)]) + "\n"
         self.source = source
         try:
             code = compile(source, "<cel>", "exec")
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             raise self.error(root, "expression too complex to compile") from None
         exec(code, self.namespace)
-        main: Callable[[Any], Any] = self.namespace["_main"]
-        return main
+        evaluate: Callable[[Any], bool] = self.namespace["_evaluate"]
+        return evaluate
 
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: ast.Node, env: dict[str, str]) -> str:
@@ -124,13 +164,25 @@ class Generator:
 
     def _Ident(self, node: ast.Ident, env: dict[str, str]) -> str:
         if node.name in env:
-            if node.name == "device" and env["device"] == "d":
+            name = env[node.name]
+            if name.startswith(_ALIAS):
+                kind, domain = name[len(_ALIAS) :].split("\x00", 1)
+                self.reads.add((kind, domain))
+                return f"d.{'attr' if kind == 'attributes' else 'cap'}_domain({domain!r})"
+            if node.name == "device" and name == "d":
                 self.reads.add(("device",))
-            return env[node.name]
+            return name
         return self.const(values.TYPE_IDENTIFIERS[node.name])
 
-    # device.attributes["domain"] / device.capacity["domain"] with a constant domain
+    # device.attributes["domain"] / device.capacity["domain"] with a constant domain, or a
+    # cel.bind variable bound to one
     def _device_domain(self, node: ast.Node, env: dict[str, str]) -> tuple[str, str] | None:
+        if isinstance(node, ast.Ident):
+            name = env.get(node.name, "")
+            if name.startswith(_ALIAS):
+                kind, domain = name[len(_ALIAS) :].split("\x00", 1)
+                return kind, domain
+            return None
         if (
             isinstance(node, ast.Index)
             and not node.optional
@@ -239,6 +291,14 @@ class Generator:
         raise self.error(node, f"undeclared reference to '{node.name}' (in container '')")
 
     def _Bind(self, node: ast.Bind, env: dict[str, str]) -> str:
+        found = self._device_domain(node.init, env)
+        if found is not None:
+            # cel.bind(a, device.attributes["dom"], body): the init cannot fail and reads
+            # nothing until used, so the body is compiled with `a` standing for that domain
+            # (`a.name` becomes one attr_value call on the view, as if written out in full).
+            inner = dict(env)
+            inner[node.var] = _ALIAS + "\x00".join(found)
+            return self.expr(node.body, inner)
         init = self.expr(node.init, env)
         inner = dict(env)
         self.counter += 1
@@ -251,7 +311,17 @@ class Generator:
 
     # -- comprehensions --------------------------------------------------------------------
     def _Comprehension(self, node: ast.Comprehension, env: dict[str, str]) -> str:
-        rng = self.expr(node.iter_range, env)
+        names_only = None
+        if node.var2 is None and node.macro not in ("optMap", "optFlatMap"):
+            names_only = self._device_domain(node.iter_range, env)
+        if names_only is not None:
+            # Iterating the names of a constant device domain: the view lists them without
+            # building the domain's map (a map is always iterable, so no check is lost).
+            kind, domain = names_only
+            self.reads.add((kind, domain))
+            rng = f"d.{'attr' if kind == 'attributes' else 'cap'}_names({domain!r})"
+        else:
+            rng = self.expr(node.iter_range, env)
         inner = dict(env)
         self.counter += 1
         var = inner[node.var] = f"v{self.counter}_{node.var}"
@@ -276,10 +346,17 @@ class Generator:
                 lines += ["if _o.__class__ is not _Opt: _nso()", "return _o"]
             fn = self.function(params, lines)
             return f"{fn}({', '.join(outer_params)}, {rng})"
-        loop = f"for {var}, {var2} in _rt.iterate2(_r):" if var2 else f"for {var} in _rt.iterate(_r):"
+        if var2:
+            loop = f"for {var}, {var2} in _rt.iterate2(_r):"
+        else:
+            loop = f"for {var} in {'_r' if names_only is not None else '_rt.iterate(_r)'}:"
         body_is_bool = node.body.type == t.BOOL
         check = "" if body_is_bool else "\n        if _b is not True and _b is not False: _nso()"
-        if macro in ("all", "exists"):
+        if macro in ("all", "exists") and self._safe(node.body):
+            # A body that cannot fail needs no error bookkeeping.
+            stop, keep = ("False", "True") if macro == "all" else ("True", "False")
+            lines += [loop, f"    if {body} is {stop}: return {stop}", f"return {keep}"]
+        elif macro in ("all", "exists"):
             stop, keep = ("False", "True") if macro == "all" else ("True", "False")
             lines += [
                 "_e = None",
@@ -324,7 +401,10 @@ class Generator:
         else:  # pragma: no cover - the parser creates no other macro
             raise self.error(node, f"unsupported macro {macro}")
         fn = self.function(params, lines)
-        return f"{fn}({', '.join(outer_params)}, {rng})"
+        call = f"{fn}({', '.join(outer_params)}, {rng})"
+        if macro in ("all", "exists") and outer_params == ["d"]:
+            self.inlinable[call] = (fn, [f"_r = {rng}", *lines])
+        return call
 
     # -- calls -----------------------------------------------------------------------------
     def _Call(self, node: ast.Call, env: dict[str, str]) -> str:
@@ -364,7 +444,10 @@ class Generator:
             lines += ["except _Err as _x:", "    if _e is None: _e = _x"]
         lines += ["if _e is not None: raise _e", f"return {keep}"]
         fn = self.function(self.params(env), lines)
-        return f"{fn}({', '.join(self.params(env))})"
+        call = f"{fn}({', '.join(self.params(env))})"
+        if self.params(env) == ["d"]:
+            self.inlinable[call] = (fn, lines)
+        return call
 
     def _safe(self, node: ast.Node) -> bool:
         """Whether evaluating the node can never raise (so `and`/`or` need no error handling)."""
@@ -504,6 +587,21 @@ class Generator:
     def _call_isLessThan(self, node: ast.Call, env: dict[str, str]) -> str | None:
         return self._compare_call(node, env, "({} < 0)")
 
+    def _string_test(self, node: ast.Call, env: dict[str, str], method: str) -> str | None:
+        """``s.startsWith(p)`` and friends: str methods when the target is (or turns out) a string."""
+        target = node.target
+        if target is None or len(node.args) != 1 or node.args[0].type != t.STRING:
+            return None
+        x, y = self.expr(target, env), self.expr(node.args[0], env)
+        call = f"({y} in {{}})" if method == "contains" else f"{{}}.{method}({y})"
+        if target.type == t.STRING:
+            return call.format(x)
+        if target.type is not None and t.is_dyn(target.type):
+            v = self.tmp()
+            generic = self.call_fn(node.function, v, y)
+            return f"({call.format(v)} if ({v} := {x}).__class__ is str else {generic})"
+        return None
+
     def _regex_arg(self, node: ast.Node) -> str | None:
         if isinstance(node, ast.Const) and type(node.value) is str:
             try:
@@ -570,6 +668,9 @@ _SPECIAL: dict[str, Callable[[Generator, ast.Call, dict[str, str]], str | None]]
     "isGreaterThan": Generator._call_isGreaterThan,
     "isLessThan": Generator._call_isLessThan,
     "matches": Generator._call_matches,
+    "startsWith": lambda g, n, e: g._string_test(n, e, "startswith"),
+    "endsWith": lambda g, n, e: g._string_test(n, e, "endswith"),
+    "contains": lambda g, n, e: g._string_test(n, e, "contains"),
     "find": Generator._call_find,
     "findAll": Generator._call_findAll,
     "quantity": Generator._call_quantity,

@@ -11,9 +11,8 @@ from gpucluster.dra.cel import types as t
 from gpucluster.dra.cel.checker import check
 from gpucluster.dra.cel.codegen import Generator
 from gpucluster.dra.cel.cost import COST_LIMIT, UNBOUNDED, estimate_cost, is_unbounded
-from gpucluster.dra.cel.errors import CelCompileError, CelRuntimeError
+from gpucluster.dra.cel.errors import CelCompileError
 from gpucluster.dra.cel.parser import parse
-from gpucluster.dra.cel.values import type_name
 from gpucluster.dra.cel.view import DeviceView
 
 # resourceapi.CELSelectorExpressionMaxLength
@@ -30,19 +29,24 @@ class Program:
     Two devices that agree on everything in ``reads`` get the same result.
     """
 
-    __slots__ = ("_fn", "consumable_capacity", "expression", "max_cost", "reads", "source")
+    __slots__ = ("consumable_capacity", "evaluate", "expression", "max_cost", "reads", "source")
+
+    #: ``evaluate(view)``: True when the device matches; CelRuntimeError when evaluation fails
+    #: (also for a non-bool result). The generated function itself, not a method wrapping it:
+    #: one Python call per device.
+    evaluate: Callable[[DeviceView], bool]
 
     def __init__(
         self,
         expression: str,
-        fn: Callable[[Any], Any],
+        fn: Callable[[Any], bool],
         reads: frozenset[tuple[str, ...]],
         max_cost: float,
         source: str,
         consumable_capacity: bool,
     ) -> None:
         self.expression = expression
-        self._fn = fn
+        self.evaluate = fn
         self.reads = reads
         self.max_cost = max_cost
         self.source = source
@@ -50,23 +54,6 @@ class Program:
 
     def __repr__(self) -> str:
         return f"Program({self.expression!r})"
-
-    def evaluate(self, device: DeviceView) -> bool:
-        """True when the device matches; CelRuntimeError when evaluation fails."""
-        try:
-            result = self._fn(device)
-        except CelRuntimeError:
-            raise
-        except RecursionError:
-            raise CelRuntimeError("evaluation recursion limit exceeded") from None
-        except Exception as exc:  # a defect here must not take the caller down
-            raise CelRuntimeError(f"internal error evaluating CEL expression: {exc!r}") from exc
-        if result is True or result is False:
-            return result
-        name = type_name(result)
-        raise CelRuntimeError(
-            f"CEL result of type {name} could not be converted to bool: must evaluate to bool, not {name}"
-        )
 
 
 _lock = threading.Lock()

@@ -14,7 +14,6 @@ expression does not read it; here only a read fails (the API server rejects such
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -43,35 +42,52 @@ class LazyDomain(dict[str, Any]):
     """One domain of ``device.attributes`` / ``device.capacity``, read from the slice on demand.
 
     ``get`` and ``[]`` look the name up in the device's raw map and convert that one value, so
-    ``cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName == ...)`` converts one
-    attribute, not every attribute of the device. Any other operation (``in``, ``size()``,
-    iteration, items, equality, printing) first fills the map with every name of the domain;
-    converted values replace raw ones (raw values are dicts, converted ones never are).
+    ``device.attributes["gpu.nvidia.com"][name]`` converts one attribute, not every attribute of
+    the device. ``in``, ``size()`` and iteration (what ``exists``/``all`` over the keys need)
+    first enter every name of the domain with its raw value, unconverted; the operations that
+    see values (items, values, equality, printing) convert them all. Converted values replace
+    raw ones (raw values are dicts, converted ones never are).
     """
 
-    __slots__ = ("_convert", "_domain", "_driver", "_filled", "_raw")
+    __slots__ = ("_convert", "_domain", "_driver", "_filled", "_keyed", "_raw", "_shapes")
 
-    def __init__(self, convert: Any, domain: str, driver: str, raw: Mapping[str, Any]) -> None:
+    def __init__(
+        self, convert: Any, domain: str, driver: str, raw: Mapping[str, Any], shapes: Shapes | None = None
+    ) -> None:
         # No dict.__init__: the map starts empty.
         self._convert = convert
         self._domain = domain
         self._driver = driver
         self._raw = raw
+        self._shapes = shapes
+        self._keyed = False
         self._filled = False
+
+    def _names(self) -> _DomainNames:
+        return shape_of(self._raw, self._driver, self._shapes).get(self._domain, _NO_NAMES)
 
     def _qualified(self, key: str) -> str:
         return key if self._domain == self._driver else f"{self._domain}/{key}"
 
+    def _fill_keys(self) -> None:
+        if self._keyed:
+            return
+        self._keyed = True
+        raw = self._raw
+        idents, qualified_names, _ = self._names()
+        for ident, qualified in zip(idents, qualified_names, strict=True):
+            if dict.__contains__(self, ident):
+                continue
+            value = raw[qualified]
+            # A raw value that is no dict cannot stay unconverted (a dict marks "not yet"):
+            # convert it now, which reports it as unsupported.
+            dict.__setitem__(self, ident, value if type(value) is dict else self._convert(qualified, value))
+
     def _fill(self) -> None:
         if self._filled:
             return
+        self._fill_keys()
         self._filled = True
-        domain, driver = self._domain, self._driver
-        for qualified, value in self._raw.items():
-            d, ident = _split(qualified, driver)
-            if d != domain or dict.__contains__(self, ident):
-                continue
-            dict.__setitem__(self, ident, value if type(value) is dict else self._convert(qualified, value))
         for key, value in list(dict.items(self)):
             if type(value) is dict:
                 dict.__setitem__(self, key, self._convert(self._qualified(key), value))
@@ -79,7 +95,7 @@ class LazyDomain(dict[str, Any]):
     def get(self, key: Any, default: Any = None) -> Any:
         value = dict.get(self, key, _ABSENT)
         if value is _ABSENT:
-            if self._filled or type(key) is not str:
+            if self._keyed or type(key) is not str:
                 return default
             raw = self._raw
             value = raw.get(key) if self._domain == self._driver else None
@@ -104,20 +120,18 @@ class LazyDomain(dict[str, Any]):
             raise KeyError(key)
         return value
 
+    # Names alone come from the shape of the raw map: nothing is converted or copied.
     def __contains__(self, key: object) -> bool:
-        self._fill()
-        return dict.__contains__(self, key)
+        return key in self._names()[2]
 
     def __len__(self) -> int:
-        self._fill()
-        return dict.__len__(self)
+        return len(self._names()[0])
 
     def __iter__(self) -> Any:
-        self._fill()
-        return dict.__iter__(self)
+        return iter(self._names()[0])
 
     def keys(self) -> Any:
-        self._fill()
+        self._fill_keys()
         return dict.keys(self)
 
     def items(self) -> Any:
@@ -149,6 +163,40 @@ class LazyDomain(dict[str, Any]):
 
 
 _ABSENT: Final = object()
+
+# One domain's names in a raw attribute or capacity map: the identifiers in map order, the
+# qualified name each was read from, and the identifiers as a set.
+_DomainNames = tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]
+_NO_NAMES: Final[_DomainNames] = ((), (), frozenset())
+
+#: Domain names by (driver, raw map keys), shared by the views of one slice_views call: the
+#: devices of a slice nearly always have the same attribute names, so the split into domains
+#: is done once per slice instead of once per device and operation. Keyed by value, held by the
+#: views of that call only (never process-wide).
+Shapes = dict[tuple[str, tuple[str, ...]], dict[str, _DomainNames]]
+
+
+def shape_of(raw: Mapping[str, Any], driver: str, shapes: Shapes | None) -> dict[str, _DomainNames]:
+    """The names of each domain of a raw attribute/capacity map (first occurrence wins)."""
+    key = (driver, tuple(raw))
+    if shapes is not None:
+        found = shapes.get(key)
+        if found is not None:
+            return found
+    groups: dict[str, tuple[list[str], list[str], set[str]]] = {}
+    for qualified in key[1]:
+        domain, ident = _split(qualified, driver)
+        group = groups.get(domain)
+        if group is None:
+            group = groups[domain] = ([], [], set())
+        if ident not in group[2]:
+            group[0].append(ident)
+            group[1].append(qualified)
+            group[2].add(ident)
+    result = {d: (tuple(i), tuple(q), frozenset(n)) for d, (i, q, n) in groups.items()}
+    if shapes is not None:
+        shapes[key] = result
+    return result
 
 
 def _split(name: str, driver: str) -> tuple[str, str]:
@@ -207,12 +255,19 @@ def convert_capacity(name: str, cap: Any) -> Quantity:
 class DeviceView:
     """The CEL value of ``device`` for one device (see the module docstring)."""
 
-    __slots__ = ("_attrs", "_caps", "_device", "_doms", "_multi", "_raw_attrs", "_raw_caps", "driver")
+    __slots__ = ("_attrs", "_caps", "_device", "_doms", "_multi", "_raw_attrs", "_raw_caps", "_shapes", "driver")
 
     cel_type_name: Final = "kubernetes.DRADevice"
 
-    def __init__(self, driver: str, device: Mapping[str, Any], allow_multiple_allocations: bool | None = None) -> None:
+    def __init__(
+        self,
+        driver: str,
+        device: Mapping[str, Any],
+        allow_multiple_allocations: bool | None = None,
+        shapes: Shapes | None = None,
+    ) -> None:
         self.driver = driver
+        self._shapes = shapes
         self._device = device
         self._raw_attrs: Mapping[str, Any] = device.get("attributes") or EMPTY_MAP
         self._raw_caps: Mapping[str, Any] = device.get("capacity") or EMPTY_MAP
@@ -253,11 +308,9 @@ class DeviceView:
     def _domains(self, raw: Mapping[str, Any], convert: Any) -> DomainMap:
         """The domains present, each a :class:`LazyDomain` (values converted when read)."""
         m = DomainMap()
-        driver = self.driver
-        for qualified in raw:
-            domain = _split(qualified, driver)[0]
-            if domain not in m:
-                m[domain] = LazyDomain(convert, domain, driver, raw)
+        driver, shapes = self.driver, self._shapes
+        for domain in shape_of(raw, driver, shapes):
+            m[domain] = LazyDomain(convert, domain, driver, raw, shapes)
         return m
 
     def attr_domain(self, domain: str) -> dict[str, Any]:
@@ -267,7 +320,7 @@ class DeviceView:
             cache = self._doms = {}
         m = cache.get(domain)
         if m is None:
-            m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs)
+            m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs, self._shapes)
         return m
 
     def cap_domain(self, domain: str) -> dict[str, Any]:
@@ -278,8 +331,16 @@ class DeviceView:
         key = "\x00" + domain  # capacity domains next to attribute domains in one cache
         m = cache.get(key)
         if m is None:
-            m = cache[key] = LazyDomain(convert_capacity, domain, self.driver, self._raw_caps)
+            m = cache[key] = LazyDomain(convert_capacity, domain, self.driver, self._raw_caps, self._shapes)
         return m
+
+    def attr_names(self, domain: str) -> tuple[str, ...]:
+        """The names in ``device.attributes[domain]``, in map order (nothing converted)."""
+        return shape_of(self._raw_attrs, self.driver, self._shapes).get(domain, _NO_NAMES)[0]
+
+    def cap_names(self, domain: str) -> tuple[str, ...]:
+        """The names in ``device.capacity[domain]``."""
+        return shape_of(self._raw_caps, self.driver, self._shapes).get(domain, _NO_NAMES)[0]
 
     # -- single values (what compiled selectors use for constant domain and name) ----------
     def _raw(self, raw: Mapping[str, Any], domain: str, ident: str) -> Any:
@@ -342,51 +403,28 @@ class DeviceView:
 
 
 def device_view(
-    driver: str, device: Mapping[str, Any], *, allow_multiple_allocations: bool | None = None
+    driver: str,
+    device: Mapping[str, Any],
+    *,
+    allow_multiple_allocations: bool | None = None,
+    shapes: Shapes | None = None,
 ) -> DeviceView:
-    """The view of one entry of a ResourceSlice's ``spec.devices`` (resource.k8s.io/v1)."""
-    return DeviceView(driver, device, allow_multiple_allocations)
+    """The view of one entry of a ResourceSlice's ``spec.devices`` (resource.k8s.io/v1).
 
-
-_SLICE_CACHE: OrderedDict[tuple[Any, ...], tuple[Any, list[DeviceView]]] = OrderedDict()
-_SLICE_CACHE_SIZE: Final = 8192
+    Views that share ``shapes`` (a dict owned by the caller, e.g. one per slice) split attribute
+    names into domains once per distinct set of names.
+    """
+    return DeviceView(driver, device, allow_multiple_allocations, shapes)
 
 
 def slice_views(resource_slice: Mapping[str, Any]) -> list[DeviceView]:
-    """Views of every device of a ResourceSlice, cached by identity and version of the slice.
+    """Views of every device of a ResourceSlice (``spec.devices``), in order.
 
-    The cache key is (uid or name, resourceVersion, generation, spec.pool.generation, driver,
-    number of devices), so a second call for an unchanged slice returns the same list.
+    Not cached: a view only points into the slice's own dicts and converts what is read, so
+    building one costs about as much as a cache lookup would, and a caller that evaluates many
+    selectors over the same slices keeps the list itself (conversions stay on the views).
     """
-    metadata = resource_slice.get("metadata") or {}
     spec = resource_slice.get("spec") or {}
-    devices = spec.get("devices") or []
-    pool = spec.get("pool") or {}
-    key = (
-        metadata.get("uid") or metadata.get("name"),
-        metadata.get("resourceVersion"),
-        metadata.get("generation"),
-        pool.get("name"),
-        pool.get("generation"),
-        spec.get("driver"),
-        len(devices),
-    )
-    cacheable = key[0] is not None
-    if cacheable:
-        cached = _SLICE_CACHE.get(key)
-        # Views point into the slice's own dicts, so they are reused only for the very same
-        # device list: objects from files often carry no resourceVersion and reuse names.
-        if cached is not None and cached[0] is devices:
-            _SLICE_CACHE.move_to_end(key)
-            return cached[1]
     driver = str(spec.get("driver") or "")
-    views = [DeviceView(driver, device) for device in devices]
-    if cacheable:
-        _SLICE_CACHE[key] = (devices, views)
-        if len(_SLICE_CACHE) > _SLICE_CACHE_SIZE:
-            _SLICE_CACHE.popitem(last=False)
-    return views
-
-
-def clear_slice_cache() -> None:
-    _SLICE_CACHE.clear()
+    shapes: Shapes = {}
+    return [DeviceView(driver, device, None, shapes) for device in spec.get("devices") or []]
