@@ -133,3 +133,17 @@ def test_iterating_names_converts_nothing() -> None:
     assert "mig" in domain and "rack" not in domain and len(domain) == 4
     assert dict.__len__(domain) == 0  # names came from the raw map's shape
     assert view.attr_names("example.com") == ("rack",) and view.attr_names("nowhere.com") == ()
+
+
+def test_one_shapes_serves_slices_of_different_drivers() -> None:
+    from gpucluster.dra.cel import Shapes, slice_views
+
+    def one(driver: str) -> dict[str, object]:
+        devices = [{"name": "d", "attributes": {"x": {"int": 1}, "b.com/y": {"int": 2}}}]
+        return {"spec": {"driver": driver, "devices": devices}}
+
+    shapes = Shapes()
+    a, b = slice_views(one("a.com"), shapes)[0], slice_views(one("b.com"), shapes)[0]
+    program = compile_selector('device.attributes["b.com"].exists(k, k == "x")')
+    assert program.evaluate(a) is False and program.evaluate(b) is True
+    assert a.attr_names("b.com") == ("y",) and b.attr_names("b.com") == ("x", "y")

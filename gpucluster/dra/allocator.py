@@ -70,19 +70,12 @@ class SelectorBackend:
     runtime_error: type[Exception]
 
 
-def _device_views(raw: Mapping[str, Any]) -> list[cel.DeviceView]:
-    # One view per spec.devices entry. Not cel.slice_views: its cache is keyed by name and
-    # resourceVersion, which files without resourceVersion share; the allocator already caches
-    # its parsed slices (and their views) per slice object.
-    spec = raw.get("spec") or {}
-    driver = str(spec.get("driver") or "")
-    return [cel.device_view(driver, d) for d in spec.get("devices") or []]
-
-
 def default_backend() -> SelectorBackend:
+    """The CEL backend for one call: its views share one cel.Shapes (the call's slices split
+    attribute names into domains once per distinct set of names)."""
     return SelectorBackend(
         compile=cel.compile_selector,
-        views=_device_views,
+        views=functools.partial(cel.slice_views, shapes=cel.Shapes()),
         compile_error=cel.CelCompileError,
         runtime_error=cel.CelRuntimeError,
     )

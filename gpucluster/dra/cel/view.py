@@ -52,7 +52,7 @@ class LazyDomain(dict[str, Any]):
     __slots__ = ("_convert", "_domain", "_driver", "_filled", "_keyed", "_raw", "_shapes")
 
     def __init__(
-        self, convert: Any, domain: str, driver: str, raw: Mapping[str, Any], shapes: Shapes | None = None
+        self, convert: Any, domain: str, driver: str, raw: Mapping[str, Any], shapes: _Table | None = None
     ) -> None:
         # No dict.__init__: the map starts empty.
         self._convert = convert
@@ -169,22 +169,40 @@ _ABSENT: Final = object()
 _DomainNames = tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]
 _NO_NAMES: Final[_DomainNames] = ((), (), frozenset())
 
-#: Domain names by (driver, raw map keys), shared by the views of one slice_views call: the
-#: devices of a slice nearly always have the same attribute names, so the split into domains
-#: is done once per slice instead of once per device and operation. Keyed by value, held by the
-#: views of that call only (never process-wide).
-Shapes = dict[tuple[str, tuple[str, ...]], dict[str, _DomainNames]]
+# Domain names by the names of a raw map, for one driver.
+_Table = dict[tuple[str, ...], dict[str, _DomainNames]]
 
 
-def shape_of(raw: Mapping[str, Any], driver: str, shapes: Shapes | None) -> dict[str, _DomainNames]:
+class Shapes:
+    """How raw attribute/capacity maps split into domains, by driver and names; one per call.
+
+    The devices of a cluster nearly always share a few sets of attribute names, so views built
+    with one ``Shapes`` (``slice_views(s, shapes=...)`` over every slice of one call) split names
+    into domains once per distinct set instead of once per device and operation. Keyed by value
+    and owned by the caller: it lives as long as the views built with it, never process-wide.
+    """
+
+    __slots__ = ("_tables",)
+
+    def __init__(self) -> None:
+        self._tables: dict[str, _Table] = {}
+
+    def table(self, driver: str) -> _Table:
+        found = self._tables.get(driver)
+        if found is None:
+            found = self._tables[driver] = {}
+        return found
+
+
+def shape_of(raw: Mapping[str, Any], driver: str, table: _Table | None) -> dict[str, _DomainNames]:
     """The names of each domain of a raw attribute/capacity map (first occurrence wins)."""
-    key = (driver, tuple(raw))
-    if shapes is not None:
-        found = shapes.get(key)
+    key = tuple(raw)
+    if table is not None:
+        found = table.get(key)
         if found is not None:
             return found
     groups: dict[str, tuple[list[str], list[str], set[str]]] = {}
-    for qualified in key[1]:
+    for qualified in key:
         domain, ident = _split(qualified, driver)
         group = groups.get(domain)
         if group is None:
@@ -194,8 +212,8 @@ def shape_of(raw: Mapping[str, Any], driver: str, shapes: Shapes | None) -> dict
             group[1].append(qualified)
             group[2].add(ident)
     result = {d: (tuple(i), tuple(q), frozenset(n)) for d, (i, q, n) in groups.items()}
-    if shapes is not None:
-        shapes[key] = result
+    if table is not None:
+        table[key] = result
     return result
 
 
@@ -267,7 +285,7 @@ class DeviceView:
         shapes: Shapes | None = None,
     ) -> None:
         self.driver = driver
-        self._shapes = shapes
+        self._shapes = shapes.table(driver) if shapes is not None else None
         self._device = device
         self._raw_attrs: Mapping[str, Any] = device.get("attributes") or EMPTY_MAP
         self._raw_caps: Mapping[str, Any] = device.get("capacity") or EMPTY_MAP
@@ -336,7 +354,12 @@ class DeviceView:
 
     def attr_names(self, domain: str) -> tuple[str, ...]:
         """The names in ``device.attributes[domain]``, in map order (nothing converted)."""
-        return shape_of(self._raw_attrs, self.driver, self._shapes).get(domain, _NO_NAMES)[0]
+        table = self._shapes
+        if table is not None:  # shape_of's first step, inline: the common case is one lookup
+            found = table.get(tuple(self._raw_attrs))
+            if found is not None:
+                return found.get(domain, _NO_NAMES)[0]
+        return shape_of(self._raw_attrs, self.driver, table).get(domain, _NO_NAMES)[0]
 
     def cap_names(self, domain: str) -> tuple[str, ...]:
         """The names in ``device.capacity[domain]``."""
@@ -411,20 +434,22 @@ def device_view(
 ) -> DeviceView:
     """The view of one entry of a ResourceSlice's ``spec.devices`` (resource.k8s.io/v1).
 
-    Views that share ``shapes`` (a dict owned by the caller, e.g. one per slice) split attribute
-    names into domains once per distinct set of names.
+    Views that share ``shapes`` (see :class:`Shapes`) split attribute names into domains once
+    per distinct set of names.
     """
     return DeviceView(driver, device, allow_multiple_allocations, shapes)
 
 
-def slice_views(resource_slice: Mapping[str, Any]) -> list[DeviceView]:
+def slice_views(resource_slice: Mapping[str, Any], shapes: Shapes | None = None) -> list[DeviceView]:
     """Views of every device of a ResourceSlice (``spec.devices``), in order.
 
     Not cached: a view only points into the slice's own dicts and converts what is read, so
     building one costs about as much as a cache lookup would, and a caller that evaluates many
-    selectors over the same slices keeps the list itself (conversions stay on the views).
+    selectors over the same slices keeps the list itself (conversions stay on the views). Pass
+    one :class:`Shapes` for all slices of a call (a new one per slice otherwise).
     """
     spec = resource_slice.get("spec") or {}
     driver = str(spec.get("driver") or "")
-    shapes: Shapes = {}
+    if shapes is None:
+        shapes = Shapes()
     return [DeviceView(driver, device, None, shapes) for device in spec.get("devices") or []]
