@@ -79,17 +79,23 @@ def test_output_parses_and_every_pod_spec_is_what_the_webhook_makes(name: str) -
         for t in (doc.get("items", []) if doc.get("kind") == "List" else [doc])
         if t.get("kind") == "ResourceClaimTemplate"
     }
+    compared = 0
     for old, new in _pod_templates(before, after):
         namespace = old[0]
         translation = translate_pod_spec(
             old[1]["spec"], namespace=namespace, existing_annotations=old[1].get("annotations"), config=WEBHOOK_CONFIG
         )
         if not translation.changed or old[1]["labels"].get(TRANSLATE_LABEL) == "false":
+            assert new[1]["spec"] == old[1]["spec"]  # left alone, as the webhook leaves it
             continue
+        compared += 1
+        assert new[1]["spec"] != old[1]["spec"]
         assert new[1]["spec"] == translation.pod_spec
         assert new[1]["annotations"][ANNOTATION] == translation.annotations[ANNOTATION]
         for template in translation.templates:
             assert (namespace, template["metadata"]["name"]) in templates
+    if _pod_templates(before, before):
+        assert compared, f"{name}: no pod template of the golden file is translated"
 
 
 def _pod_templates(before: list[Any], after: list[Any]) -> list[tuple[Any, Any]]:

@@ -87,7 +87,9 @@ def test_a_check_queued_behind_a_slow_one_is_cut_short_at_its_own_deadline(check
     async def both() -> tuple[worker.Feasibility, worker.Feasibility, float]:
         objects = slow_cluster()
         slow = asyncio.create_task(asyncio.to_thread(checker.check, [SLOW], objects, deadline=2))
-        await asyncio.sleep(0)  # the slow one takes the only worker first
+        async with asyncio.timeout(5):  # the slow one takes the only worker first
+            while not checker._idle.empty():
+                await asyncio.sleep(0.01)
         started = time.monotonic()
         queued = await asyncio.to_thread(checker.check, [claim(1)], objects, deadline=0.3)
         waited = time.monotonic() - started

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
@@ -121,6 +122,7 @@ def test_kinds_without_rules_are_allowed_untouched() -> None:
         assert out.response["response"] == {"uid": out.request.uid, "allowed": True}
 
 
+@pytest.mark.rule_crash
 def test_a_failing_rule_is_answered_per_failure_policy(monkeypatch: Any) -> None:
     import webhook.admission as admission
 

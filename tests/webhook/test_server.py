@@ -16,7 +16,7 @@ from certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from tests.webhook.reviews import clusterpolicy, gpucluster, review
-from webhook.server import MAX_BODY_BYTES, build_app, serve
+from webhook.server import INFLIGHT_KEY, MAX_BODY_BYTES, build_app, serve
 from webhook.tls import ReloadingTLS
 
 
@@ -142,10 +142,9 @@ async def test_certificate_is_reloaded_without_a_restart(server: Server) -> None
     first = await _peer_serial(server, server.ca)
     new_pair = new_serving_cert(server.ca, ["localhost"], ip_addresses=["127.0.0.1"])
     write_pair(server.dir, new_pair)
-    for _ in range(100):
-        if server.tls.reloads:
-            break
-        await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):  # the watcher polls every 0.05 s
+        while not server.tls.reloads:
+            await asyncio.sleep(0.01)
     assert server.tls.reloads == 1
     second = await _peer_serial(server, server.ca)
     assert second == new_pair.certificate.serial_number != first
@@ -167,9 +166,20 @@ async def test_shutdown_finishes_in_flight_requests(server: Server) -> None:
     ).encode()
     writer.write(head + body[:10])
     await writer.drain()
-    await asyncio.sleep(0.2)  # the handler is now waiting for the rest of the body
+    inflight = server.app[INFLIGHT_KEY]
+    async with asyncio.timeout(5):  # the handler is now waiting for the rest of the body
+        while inflight.count < 1:
+            await asyncio.sleep(0.01)
     server.stop.set()
-    await asyncio.sleep(0.2)
+    async with asyncio.timeout(5):  # shutdown has begun: the listener refuses new connections
+        while True:
+            try:
+                _, probe = await asyncio.open_connection("127.0.0.1", server.port)
+            except OSError:
+                break
+            probe.close()
+            await asyncio.sleep(0.01)
+    assert inflight.draining and inflight.count == 1
     writer.write(body[10:])
     await writer.drain()
     response = await asyncio.wait_for(reader.read(), 5)
