@@ -1,7 +1,7 @@
 """Which rule answers which review, and how a failing rule is answered.
 
-The HTTP server and ``gpucluster admit`` both go through :func:`admit`, so offline answers are
-exactly the server's.
+The HTTP server, ``gpucluster admit`` and the audit (:mod:`webhook.audit`) all go through
+:func:`admit_request`, so offline answers are exactly the server's.
 """
 
 from __future__ import annotations

@@ -191,6 +191,11 @@ def compute_patch(original: dict[str, Any] | None, patched: dict[str, Any] | Non
     return diff(original, patched)
 
 
+def encode_patch(ops: list[dict[str, Any]]) -> str:
+    """A JSON patch as an AdmissionResponse carries it: base64 of its JSON."""
+    return base64.b64encode(orjson.dumps(ops)).decode()
+
+
 def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: bool) -> dict[str, Any]:
     """The AdmissionReview the API server receives back."""
     response: dict[str, Any] = {"uid": request.uid, "allowed": verdict.allowed}
@@ -213,7 +218,7 @@ def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: boo
             ops = verdict.patch if verdict.patch is not None else compute_patch(request.obj, verdict.patched)
             if ops:
                 response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
+                response["patch"] = encode_patch(ops)
     return {"apiVersion": request.review_api_version, "kind": KIND, "response": response}
 
 

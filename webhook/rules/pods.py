@@ -18,7 +18,6 @@ are never translated.
 
 from __future__ import annotations
 
-import base64
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -41,7 +40,7 @@ from gpucluster.translate import (
     templates_annotation,
     translate_pod_spec,
 )
-from webhook.review import AdmissionRequest, Verdict, short_warning
+from webhook.review import AdmissionRequest, Verdict, encode_patch, short_warning
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -308,7 +307,7 @@ def _shareable(verdict: Verdict) -> _Answer:
     if verdict.patched is None:
         return _Answer(shared)
     meta = verdict.patched["metadata"]
-    encoded = base64.b64encode(orjson.dumps(verdict.patch)).decode() if verdict.patch else ""
+    encoded = encode_patch(verdict.patch) if verdict.patch else ""
     verdict.encoded_patch = encoded
     return _Answer(shared, meta.get("labels"), meta.get("annotations"), verdict.patched["spec"], encoded)
 
