@@ -1,7 +1,7 @@
 """Differential test: compiled CEL programs vs cel-python's interpreter (the test oracle).
 
 A seeded generator builds well-typed selectors over generated devices; every selector is
-evaluated by gpucluster.dra.cel and by celpy (gpucluster.dra.cel.oracle); both must agree on
+evaluated by gpucluster.dra.cel and by celpy (tests/cel_oracle.py); both must agree on
 the boolean result or both fail. The corpus stays where celpy agrees with Kubernetes, so it
 excludes celpy's known divergences (see the oracle's docstring): no ill-typed expressions
 (celpy has no checker), no cross-type numeric equality (celpy errors on ``dyn(1) == 1.0``),
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from gpucluster.dra.cel import CelError, compile_selector, device_view
-from gpucluster.dra.cel.oracle import OracleProgram
 from gpucluster.dra.cel.view import DeviceView
+from tests.cel_oracle import OracleProgram
 
 DOMAIN = "gpu.nvidia.com"
 PRODUCTS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4", "Tesla T4"]

@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from gpucluster.dra.cel import compile_selector, slice_views
-from gpucluster.dra.cel.oracle import OracleProgram, activation
 from sandbox.sim.gpunodes import cluster_slices
+from tests.cel_oracle import OracleProgram, activation
 
 SELECTORS = {
     "productName ==": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"',

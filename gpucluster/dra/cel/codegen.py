@@ -78,6 +78,8 @@ class Generator:
         return f"_t{self.counter}"
 
     def const(self, value: Any) -> str:
+        # Other values by id(): they stay referenced from self.namespace for the Generator's
+        # life (one compile), so an id cannot be reused while this map exists.
         key = (type(value), value if isinstance(value, (str, int, float, bytes, bool)) else id(value))
         name = self.const_ids.get(key)
         if name is None:

@@ -154,6 +154,8 @@ class _Var:
 
 class _Coster:
     def __init__(self) -> None:
+        # Keyed by id() of AST nodes: one _Coster lives for one estimate_cost call, during which
+        # the caller holds the whole tree, so no id can be reused while these maps exist.
         self.paths: dict[int, tuple[str, ...]] = {}
         self.sizes: dict[int, Size] = {}
         self.entries: dict[int, _Entry] = {}

@@ -1069,6 +1069,8 @@ def find_all_(s: Any, pattern: Any, *rest: Any) -> list[str]:
 
 # -- quantity ------------------------------------------------------------------------------
 
+# Parse memos keyed by the text itself (never by id() or a generation): a Quantity or Semver is
+# immutable and a pure function of its text, so an entry can never be stale; bounded by size.
 _QUANTITY_CACHE: dict[str, Quantity] = {}
 
 

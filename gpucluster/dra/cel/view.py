@@ -282,10 +282,11 @@ class DeviceView:
         driver: str,
         device: Mapping[str, Any],
         allow_multiple_allocations: bool | None = None,
-        shapes: Shapes | None = None,
+        names: _Table | None = None,
     ) -> None:
+        # names: Shapes.table(driver) of the call's Shapes, resolved once per slice by the caller.
         self.driver = driver
-        self._shapes = shapes.table(driver) if shapes is not None else None
+        self._shapes = names
         self._device = device
         self._raw_attrs: Mapping[str, Any] = device.get("attributes") or EMPTY_MAP
         self._raw_caps: Mapping[str, Any] = device.get("capacity") or EMPTY_MAP
@@ -437,7 +438,7 @@ def device_view(
     Views that share ``shapes`` (see :class:`Shapes`) split attribute names into domains once
     per distinct set of names.
     """
-    return DeviceView(driver, device, allow_multiple_allocations, shapes)
+    return DeviceView(driver, device, allow_multiple_allocations, shapes.table(driver) if shapes is not None else None)
 
 
 def slice_views(resource_slice: Mapping[str, Any], shapes: Shapes | None = None) -> list[DeviceView]:
@@ -450,6 +451,5 @@ def slice_views(resource_slice: Mapping[str, Any], shapes: Shapes | None = None)
     """
     spec = resource_slice.get("spec") or {}
     driver = str(spec.get("driver") or "")
-    if shapes is None:
-        shapes = Shapes()
-    return [DeviceView(driver, device, None, shapes) for device in spec.get("devices") or []]
+    table = (shapes or Shapes()).table(driver)
+    return [DeviceView(driver, device, None, table) for device in spec.get("devices") or []]
