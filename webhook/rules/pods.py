@@ -18,16 +18,16 @@ are never translated.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import orjson
 
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
+from gpucluster.lru import LRU
 from gpucluster.policy import WEBHOOK_CONFIG, Settings, native_resources, opted_out
 from gpucluster.translate import (
     MAX_TEMPLATES_ANNOTATION_BYTES,
@@ -87,30 +87,6 @@ def existing_claim_classes(pod: Mapping[str, Any], namespace: str, cluster: Clus
     return classes
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Recent(Generic[K, V]):
-    """At most ``size`` entries; the least recently used goes first."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._entries: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        found = self._entries.get(key)
-        if found is not None:
-            self._entries.move_to_end(key)
-        return found
-
-    def put(self, key: K, value: V) -> V:
-        self._entries[key] = value
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-        return value
-
-
 @dataclass
 class _SpecMemo:
     """What the pod rule learnt about pod specs, by content: a function of the key alone, so it is
@@ -122,10 +98,10 @@ class _SpecMemo:
     are shared and never modified.
     """
 
-    translations: _Recent[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = field(
-        default_factory=lambda: _Recent(1024)
+    translations: LRU[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = field(
+        default_factory=lambda: LRU(1024)
     )
-    gpu_resources: _Recent[bytes, frozenset[str]] = field(default_factory=lambda: _Recent(4096))
+    gpu_resources: LRU[bytes, frozenset[str]] = field(default_factory=lambda: LRU(4096))
 
 
 def _spec_memo(cluster: ClusterState) -> _SpecMemo:
@@ -143,9 +119,9 @@ def _translate(
         return found
     annotations = {config.annotation: marker} if marker is not None else None
     translation = translate_pod_spec(spec, namespace=namespace, existing_annotations=annotations, config=config)
-    return memo.translations.put(
-        key, (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
-    )
+    entry = (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
+    memo.translations.put(key, entry)
+    return entry
 
 
 # The translation config with the natively mapped names taken out, and those names (the key of
@@ -207,7 +183,8 @@ def _spec_gpu_resources(memo: _SpecMemo, spec_key: bytes) -> frozenset[str]:
     if found is None:
         spec = orjson.loads(spec_key)
         names = _gpu_resource_names(spec, WEBHOOK_CONFIG) if _spec_well_formed(spec) else ()
-        found = memo.gpu_resources.put(spec_key, frozenset(names))
+        found = frozenset(names)
+        memo.gpu_resources.put(spec_key, found)
     return found
 
 
@@ -243,7 +220,7 @@ class _Answer:
     encoded_patch: str = field(default="", repr=False)
 
 
-def _answers(cluster: ClusterState) -> _Recent[tuple[Any, ...], _Answer]:
+def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], _Answer]:
     """Whole answers of the pod rule, kept on the cluster view until it changes.
 
     The pods of a workload share one spec, labels and annotations and differ in their name (and
@@ -251,7 +228,7 @@ def _answers(cluster: ClusterState) -> _Recent[tuple[Any, ...], _Answer]:
     labels and the annotations only. So all of a ReplicaSet's reviews after the first cost a dict
     lookup. Any change of any watched kind bumps the view's generation, which drops them.
     """
-    return cluster.derived("pod-rule-answers", lambda _: _Recent(2048))
+    return cluster.derived("pod-rule-answers", lambda _: LRU(2048))
 
 
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
