@@ -1,0 +1,201 @@
+"""core/v1 Events recorded the way client-go's ``EventRecorder`` does (``tools/record``: its
+``EventCorrelator``), so that a loop that keeps hitting the same condition, or a rollout over a
+thousand nodes, does not write thousands of Event objects:
+
+* an identical event (same source, involved object, type, reason, message) bumps ``count``,
+  ``lastTimestamp`` (and the message) of the Event recorded before; an LRU of 4,096 keys
+  remembers them; a repeat of a forgotten or deleted Event creates a new one;
+* the 10th distinct message with the same source, object, type and reason within 10 minutes
+  becomes one event ``(combined from similar events): <message>``, updated by the later ones;
+* a source may write 25 events about one object in a burst, then one every 5 minutes
+  (``EventSourceObjectSpamFilter``); the rest are dropped (counted in ``dropped``).
+
+Event names are ``<involved object name>.<hex of the time in nanoseconds>``, as client-go's;
+a cluster-scoped object's Events go to ``default``. Writing is the :class:`EventSink`'s job, so
+the controller (through the API) and the sandbox's simulated controllers (through its core)
+share this one recorder. Events are best effort: a sink reports a failed write, never raises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+LRU_ENTRIES = 4096
+AGGREGATE_MAX = 10
+AGGREGATE_INTERVAL = 600.0
+SPAM_BURST = 25
+SPAM_REFILL = 1.0 / 300.0  # tokens per second
+COMBINED = "(combined from similar events): "
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class EventSink(Protocol):
+    async def create(self, event: dict[str, Any]) -> bool:
+        """Create ``event`` (its namespace and name are set); False when it was not written."""
+
+    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool:
+        """Merge ``changes`` (count, lastTimestamp, message) into that Event; False when it is gone
+        or was not written."""
+
+
+class LRU(Generic[K, V]):
+    """A bounded mapping that forgets the least recently used key."""
+
+    def __init__(self, size: int = LRU_ENTRIES) -> None:
+        self.size = size
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.size:
+            self._data.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass
+class _Aggregate:
+    messages: set[str] = field(default_factory=set)
+    last: float = 0.0
+
+
+@dataclass
+class _Bucket:
+    tokens: float = float(SPAM_BURST)
+    at: float = 0.0
+
+
+@dataclass
+class _Seen:
+    namespace: str
+    name: str
+    count: int
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    return md if isinstance(md, Mapping) else {}
+
+
+class EventRecorder:
+    """Records Events for one component (``source.component``) through ``sink``."""
+
+    def __init__(
+        self,
+        sink: EventSink,
+        component: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], str] = _timestamp,
+        instance: str = "",
+    ) -> None:
+        self.sink = sink
+        self.component = component
+        self.instance = instance
+        self.clock = clock
+        self.now = now
+        self._seen: LRU[tuple[Any, ...], _Seen] = LRU()
+        self._aggregates: LRU[tuple[Any, ...], _Aggregate] = LRU()
+        self._spam: LRU[tuple[Any, ...], _Bucket] = LRU()
+        self.dropped = 0
+
+    def _accept(self, involved: tuple[Any, ...]) -> bool:
+        now = self.clock()
+        bucket = self._spam.get(involved)
+        if bucket is None:
+            bucket = _Bucket(at=now)
+        bucket.tokens = min(float(SPAM_BURST), bucket.tokens + (now - bucket.at) * SPAM_REFILL)
+        bucket.at = now
+        self._spam.put(involved, bucket)
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+    async def record(
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        kind: str | None = None,
+        api_version: str | None = None,
+    ) -> None:
+        """Record ``reason``/``message`` about ``obj`` (its ``kind``/``apiVersion`` unless given)."""
+        md = _meta(obj)
+        kind = kind or str(obj.get("kind") or "")
+        api_version = api_version or str(obj.get("apiVersion") or "")
+        ns = str(md.get("namespace") or "default")
+        involved = (self.component, kind, ns, md.get("name"), md.get("uid"), api_version)
+        group = (*involved, type_, reason)
+        now = self.clock()
+        aggregate = self._aggregates.get(group)
+        if aggregate is None or now - aggregate.last > AGGREGATE_INTERVAL:
+            aggregate = _Aggregate()
+        aggregate.messages.add(message)
+        aggregate.last = now
+        self._aggregates.put(group, aggregate)
+        key: tuple[Any, ...] = (*group, message)
+        if len(aggregate.messages) >= AGGREGATE_MAX:
+            aggregate.messages.pop()
+            key = (*group, None)
+            message = COMBINED + message
+        if not self._accept(involved):
+            self.dropped += 1
+            return
+        stamp = self.now()
+        previous = self._seen.get(key)
+        if previous is not None:
+            changes = {"count": previous.count + 1, "lastTimestamp": stamp, "message": message}
+            if await self.sink.update(previous.namespace, previous.name, changes):
+                previous.count += 1
+                return
+            self._seen.pop(key)
+        name = f"{md.get('name')}.{time.time_ns():x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {
+                "kind": kind,
+                "namespace": str(md.get("namespace") or ""),
+                "name": md.get("name"),
+                "uid": md.get("uid"),
+                "apiVersion": api_version,
+                "resourceVersion": md.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "source": {"component": self.component},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "type": type_,
+            "eventTime": None,
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        }
+        if await self.sink.create(event):
+            self._seen.put(key, _Seen(ns, name, 1))
