@@ -111,13 +111,36 @@ class Explainer:
             del self._last[uid]
         if not out:
             return [], out
-        cluster = [
+        return self._cluster(), out
+
+    def _cluster(self) -> list[dict[str, Any]]:
+        return [
             *self.state.list("ResourceSlice"),
             *self.state.list("DeviceClass"),
             *self.state.list("Node"),
             *(c for c in self.state.list("ResourceClaim") if (c.get("status") or {}).get("allocation")),
         ]
-        return cluster, out
+
+    async def explain(
+        self, pod: Mapping[str, Any] | None, key: str
+    ) -> tuple[tuple[dict[str, Any], list[dict[str, Any]], str] | None, float | None]:
+        """For one pod (cached under ``key``; None: gone): the (pod, unallocated claims, reason) to post
+        when its claims do not fit (None when they do, or the reason was posted before), and the
+        seconds after which to look again when it was explained too recently to run the allocator."""
+        if pod is None or not pending_on_claims(pod):
+            self._last.pop(key, None)
+            return None, None
+        last = self._last.get(key)
+        now = self.clock()
+        if last is not None and now - last[1] < self.min_interval:
+            return None, self.min_interval - (now - last[1])
+        claims = pod_claims(pod, self.state)
+        waiting = [c for c in claims or [] if not (c.get("status") or {}).get("allocation")]
+        if not waiting:
+            return None, None  # a claim not created yet, or all allocated: their events bring the pod back
+        worker = self.worker or shared_worker()
+        reason = await _fit_offloaded(worker, waiting, self._cluster(), self.allocator_options)
+        return self._conclude((dict(pod), key, last, waiting), reason), None
 
     def _conclude(
         self, candidate: Candidate, reason: str | None

@@ -68,6 +68,8 @@ class LeaderElector:
         self.monotonic = monotonic
         self.on_transition = on_transition
         self.is_leader = asyncio.Event()
+        self.is_follower = asyncio.Event()  # the complement, for waiting on a loss
+        self.is_follower.set()
         self._last_renew: float | None = None
         # The last record seen and when (local monotonic clock) it was first seen.
         self._observed: Any = None
@@ -80,9 +82,11 @@ class LeaderElector:
         if leading:
             log.info("became leader identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
             self.is_leader.set()
+            self.is_follower.clear()
         else:
             log.warning("lost leadership identity=%s", self.identity)
             self.is_leader.clear()
+            self.is_follower.set()
         if self.on_transition is not None:
             self.on_transition(leading)
 

@@ -1,60 +1,60 @@
-"""Level-triggered reconcile of the GPUCluster singleton into its operands.
+"""The GPUCluster reconciler: observe the cache, :func:`controller.plan.plan`, execute (I/O).
 
-Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Kube`.
-Every desired object carries a hash of its rendered content; an object whose live copy carries
-the same hash and whose applied fields still hold the applied values (see controller/drift.py)
-is not written, so a steady state issues no writes at all, and a hand edit is reverted on the
-watch event that shows it. Objects are applied with server-side apply (field manager
-``gpucluster``), but only objects that are ours: a controller owner reference to a GPUCluster,
-or, cluster-scoped, our managed-by label. Anything else with an operand's name is never written
-or deleted; the GPUCluster reports it (``OperandConflict``). Objects this GPUCluster owns that
-are no longer desired (a disabled operand) are deleted, and nothing else is.
+Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Kube`
+with server-side apply (field manager ``gpucluster``). One reconcile plans, performs the
+lookups and writes the plan asks for, and plans again on the updated cache, until a plan has
+nothing left to write (at most a few rounds); that plan's status and events are reported. A
+steady state plans no writes, so it issues none; what was changed is recorded as one Normal
+event per kind of change on the GPUCluster. The decisions (ownership, drift, pruning, status)
+are in controller/plan.py and are unit-tested on plain data.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from pydantic import ValidationError
-
-from controller.drift import matches, project
-from controller.events import EventRecorder
-from controller.nodes import label_patch, nodes_with_claims
-from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
-from controller.status import (
-    DELETING,
-    NOT_SINGLETON,
-    OPERAND_CONFLICT,
-    OPERANDS_NOT_READY,
-    PREREQUISITE_NOT_MET,
-    RECONCILE_FAILED,
-    desired_status,
-    inventory,
-    not_ready_message,
-    workload_status,
+from controller.drift import project
+from controller.events import COMPONENT, KubeSink
+from controller.operands import MANAGED_BY
+from controller.plan import (
+    FINALIZER,
+    AddFinalizer,
+    Apply,
+    Delete,
+    Key,
+    LabelNamespace,
+    Observed,
+    Plan,
+    Prerequisites,
+    RemoveFinalizer,
+    Write,
+    content_hash,
+    key_of,
+    plan,
+    summarize,
 )
-from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
-from gpucluster.api.validation import problems_from
+from controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
+from gpucluster.api.gpucluster import SINGLETON_NAME
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState, KubeObject, metadata
 from gpucluster.dra.semver import Semver, SemverError
 from gpucluster.kube.client import Kube, KubeError
+from gpucluster.kube.events import EventRecorder
 from gpucluster.kube.paths import collection_path, object_path
 from gpucluster.kube.reflector import Resource
 
+__all__ = ["FINALIZER", "OWNED", "OWNED_KINDS", "Reconciler", "owned_resources"]
+
 log = logging.getLogger("gpucluster.controller")
 
-FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
-HASH_ANNOTATION = "gpucluster.nvidia.com/applied-hash"
 FIELD_MANAGER = "gpucluster"
 MIN_VERSION = (1, 34, 2)
 GPUCLUSTER_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
+MAX_ROUNDS = 4  # plan/execute rounds of one reconcile (lookups, then writes, then the status)
 
 # Kinds the operands render, watched with the managed-by label so that pruning sees them.
 OWNED: tuple[tuple[str, str], ...] = (
@@ -74,11 +74,6 @@ OWNED: tuple[tuple[str, str], ...] = (
 )
 OWNED_KINDS = {kind for _, kind in OWNED}
 
-# Normal events on the GPUCluster for what a pass did to its operands (aggregated by the recorder).
-OPERAND_CREATED = "OperandCreated"
-OPERAND_UPDATED = "OperandUpdated"
-OPERAND_PRUNED = "OperandPruned"
-
 
 def owned_resources(namespace: str) -> list[Resource]:
     """Reflector resources for the kinds we own, narrowed by our label.
@@ -94,42 +89,8 @@ def owned_resources(namespace: str) -> list[Resource]:
     ]
 
 
-def content_hash(obj: Mapping[str, Any]) -> str:
-    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("controller") for ref in metadata(obj).get("ownerReferences") or [])
-
-
-def is_ours(obj: Mapping[str, Any]) -> bool:
-    """Whether we may write ``obj``: a GPUCluster is its controller, or it is cluster-scoped and carries
-    our managed-by label (how an admin hands a cluster-scoped object over)."""
-    meta = metadata(obj)
-    for ref in meta.get("ownerReferences") or []:
-        group = str(ref.get("apiVersion") or "").split("/")[0]
-        if ref.get("controller") and ref.get("kind") == "GPUCluster" and group == "nvidia.com":
-            return True
-    labels = meta.get("labels") or {}
-    return not meta.get("namespace") and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
-
-
-def describe(obj: Mapping[str, Any]) -> str:
-    meta = metadata(obj)
-    where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
-    return f"{obj.get('kind')} {where}{meta.get('name')}"
-
-
-class OperandConflict(Exception):
-    """An object with an operand's name exists and is not ours: it is left alone."""
-
-    def __init__(self, obj: Mapping[str, Any]) -> None:
-        self.obj = obj
-        super().__init__(describe(obj))
 
 
 def _strip_times(status: Mapping[str, Any] | None) -> Any:
@@ -146,14 +107,18 @@ def _without_inventory(status: Any) -> Any:
     return {k: v for k, v in status.items() if k != "inventory"}
 
 
-@dataclass
-class Prerequisites:
-    """What the cluster serves, looked up at most once a minute."""
+def _identity(write: Write) -> tuple[str, Key]:
+    if isinstance(write, Apply | Delete):
+        return type(write).__name__, key_of(write.obj)
+    if isinstance(write, LabelNamespace):
+        return type(write).__name__, ("Namespace", "", write.name)
+    return type(write).__name__, key_of(write.cluster)
 
-    checked_at: float = 0.0
-    problem: str | None = None
-    version: str | None = None
-    service_monitor: bool = False
+
+@dataclass
+class _Served:
+    checked_at: float = -1e9
+    found: Prerequisites = field(default_factory=Prerequisites)
 
 
 @dataclass
@@ -167,10 +132,14 @@ class Reconciler:
     writes: int = 0
     last_reasons: dict[str, str] = field(default_factory=dict)
     drifts: int = 0
-    _prereq: Prerequisites = field(default_factory=Prerequisites)
+    # GPU nodes the node reconciler has not labelled yet (the GPUCluster is not ready until it has).
+    unlabelled_nodes: Callable[[], int] = lambda: 0
+    # Whether the last reconcile rendered operands (GPU nodes should then be labelled).
+    active: bool = False
+    _served: _Served = field(default_factory=_Served)
     # (kind, namespace, name) -> hash of the projection of the live object right after our apply.
-    _applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    _conflicts: set[str] = field(default_factory=set)
+    _applied: dict[Key, str] = field(default_factory=dict)
+    _conflicts: frozenset[str] = frozenset()
     _recorder: EventRecorder | None = None
     # A status that differs only in its inventory is written at most every ``inventory_interval``
     # seconds (200 nodes leaving is a handful of status writes, not 200); a change of state or
@@ -180,8 +149,8 @@ class Reconciler:
     status_writes: int = 0
     _status_written: dict[str, tuple[float, Any]] = field(default_factory=dict)
     _status_due: float | None = None
-    # What this pass did to operands: (reason, message), recorded as Normal events on the GPUCluster.
-    _changes: list[tuple[str, str]] = field(default_factory=list)
+    _changes: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    _pending_events: list[tuple[str, str, str]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ writes
 
@@ -191,9 +160,9 @@ class Reconciler:
         return await self.kube.request(method, path, **kwargs)
 
     async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on ``obj``, aggregated: a repeat bumps count and lastTimestamp."""
+        """Record a core/v1 Event on ``obj``, aggregated as client-go's recorder does."""
         if self._recorder is None:
-            self._recorder = EventRecorder(self._write, self.now)
+            self._recorder = EventRecorder(KubeSink(self._write), COMPONENT, now=self.now)
         await self._recorder.record(obj, type_, reason, message)
 
     async def _lookup(self, obj: Mapping[str, Any]) -> KubeObject | None:
@@ -207,30 +176,8 @@ class Reconciler:
         live.setdefault("kind", obj.get("kind"))
         return live
 
-    async def apply(self, obj: KubeObject) -> bool:
-        """Server-side apply ``obj`` unless its live copy is up to date; raises :class:`OperandConflict`
-        when an object of that name exists and is not ours."""
-        desired = dict(obj)
-        meta = dict(metadata(desired))
-        digest = content_hash(obj)
-        meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
-        desired["metadata"] = meta
-        key = (str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
-        live = self.state.get(key[0], key[2], key[1])
-        if live is None:
-            live = await self._lookup(desired)
-        change = (OPERAND_CREATED, f"created {describe(obj)}")
-        if live is not None:
-            if not is_ours(live):
-                raise OperandConflict(live)
-            change = (OPERAND_UPDATED, f"updated {describe(obj)} to the desired spec")
-            if (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) == digest:
-                applied = self._applied.get(key)
-                if applied == content_hash(project(desired, live)) or (applied is None and matches(desired, live)):
-                    return False
-                self.drifts += 1
-                log.info("drift: %s %s/%s was changed by someone else; re-applying", *key)
-                change = (OPERAND_UPDATED, f"reverted a change to {describe(obj)} made by someone else")
+    async def _apply(self, action: Apply) -> None:
+        desired = action.obj
         result = await self._write(
             "PATCH",
             object_path(desired),
@@ -238,28 +185,75 @@ class Reconciler:
             body=desired,
             content_type="application/apply-patch+yaml",
         )
-        result.setdefault("kind", obj["kind"])
-        self._applied[key] = content_hash(project(desired, result))
-        self.state.upsert(str(obj["kind"]), result)
-        self._changes.append(change)
-        return True
+        result.setdefault("kind", desired["kind"])
+        self._applied[key_of(desired)] = content_hash(project(desired, result))
+        self.state.upsert(str(desired["kind"]), result)
+        if action.drift:
+            self.drifts += 1
+            log.info("drift: %s %s/%s was changed by someone else; re-applied", *key_of(desired))
+        if (desired.get("spec") or {}).get("extendedResourceName") and not (result.get("spec") or {}).get(
+            "extendedResourceName"
+        ):
+            self._pending_events.append((
+                "Warning", "ExtendedResourceNotServed",
+                f"the API server dropped spec.extendedResourceName of DeviceClass {metadata(desired).get('name')}: "
+                "enable the DRAExtendedResource feature gate; until then the admission webhook translates "
+                f"{(desired.get('spec') or {}).get('extendedResourceName')} requests",
+            ))  # fmt: skip
 
     async def delete(self, obj: Mapping[str, Any], propagation: str = "Background") -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
         try:
-            await self._write("DELETE", object_path(obj), body=body)
+            result = await self._write("DELETE", object_path(obj), body=body)
         except KubeError as exc:
             if exc.status != 404:
                 raise
-        if propagation == "Background":
+            result = {}
+        if metadata(result).get("deletionTimestamp") and metadata(result).get("finalizers"):
+            result.setdefault("kind", obj.get("kind"))
+            self.state.upsert(str(obj.get("kind")), result)  # still there, deleting (foreground)
+        else:
             self.state.delete(str(obj.get("kind")), obj)
+
+    async def _set_finalizers(self, cluster: Mapping[str, Any], finalizers: list[str]) -> None:
+        meta = metadata(cluster)
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        result = await self._write(
+            "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
+        )
+        result.setdefault("kind", "GPUCluster")
+        self.state.upsert("GPUCluster", result)
+
+    async def _execute(self, write: Write) -> None:
+        if isinstance(write, Apply):
+            await self._apply(write)
+        elif isinstance(write, Delete):
+            if write.reason:
+                log.info("deleting %s: %s", key_of(write.obj), write.message)
+            await self.delete(write.obj, write.propagation)
+        elif isinstance(write, AddFinalizer):
+            await self._set_finalizers(write.cluster, [*(metadata(write.cluster).get("finalizers") or []), FINALIZER])
+        elif isinstance(write, RemoveFinalizer):
+            kept = [f for f in metadata(write.cluster).get("finalizers") or [] if f != FINALIZER]
+            await self._set_finalizers(write.cluster, kept)
+        elif isinstance(write, LabelNamespace):
+            body = {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}}
+            result = await self._write(
+                "PATCH", f"/api/v1/namespaces/{write.name}", body=body, content_type="application/merge-patch+json"
+            )
+            result.setdefault("kind", "Namespace")
+            self.state.upsert("Namespace", result)
+        if isinstance(write, Apply | Delete) and write.reason:
+            # Workloads first: a summary cut at its length limit still names them.
+            rank = {"DaemonSet": 0, "Deployment": 0, "DeviceClass": 1}.get(str(write.obj.get("kind")), 2)
+            self._changes.setdefault(write.reason, []).append((rank, write.message))
 
     # ------------------------------------------------------------------ checks
 
     async def prerequisites(self) -> Prerequisites:
         """DeviceClass API served (resource.k8s.io/v1), server >= v1.34.2; ServiceMonitor CRD served?"""
-        if time.monotonic() - self._prereq.checked_at < self.prerequisite_ttl:
-            return self._prereq
+        if time.monotonic() - self._served.checked_at < self.prerequisite_ttl:
+            return self._served.found
         problem = None
         version = None
         try:
@@ -287,8 +281,8 @@ class Reconciler:
             service_monitor = True
         except KubeError:
             service_monitor = False
-        self._prereq = Prerequisites(time.monotonic(), problem, version, service_monitor)
-        return self._prereq
+        self._served = _Served(time.monotonic(), Prerequisites(problem, version, service_monitor))
+        return self._served.found
 
     # ------------------------------------------------------------------ status
 
@@ -347,10 +341,34 @@ class Reconciler:
 
     # ------------------------------------------------------------------ reconcile
 
+    def observe(self, prerequisites: Prerequisites, looked_up: Mapping[Key, KubeObject | None]) -> Observed:
+        """The snapshot :func:`plan` decides on, from the cache."""
+        state = self.state
+        owned = [obj for kind in sorted(OWNED_KINDS) for obj in state.list(kind)]
+        namespace = state.get("Namespace", self.namespace)
+        return Observed(
+            clusters=state.list("GPUCluster"),
+            namespace=self.namespace,
+            policies=state.list("ClusterPolicy"),
+            prerequisites=prerequisites,
+            namespace_labels=(metadata(namespace).get("labels") or {}) if namespace is not None else None,
+            env=self.env,
+            cached={key_of(obj): obj for obj in owned},
+            looked_up=looked_up,
+            owned=owned,
+            applied=self._applied,
+            nodes=state.list("Node"),
+            unlabelled_nodes=self.unlabelled_nodes(),
+            slices=state.list("ResourceSlice"),
+            claims=state.list("ResourceClaim"),
+            previous_conflicts=self._conflicts,
+        )
+
     async def reconcile(self) -> float:
-        """One pass; returns seconds until the next pass (5 while not ready, 60 when ready, sooner when
-        an inventory update is held back)."""
-        self._changes = []
+        """One reconcile; returns seconds until the next (5 while not ready, 60 when ready, sooner
+        when an inventory update is held back)."""
+        self._changes = {}
+        self._pending_events = []
         self._status_due = None  # set again by set_status while an inventory update is still held back
         try:
             requeue = await self._reconcile()
@@ -360,211 +378,49 @@ class Reconciler:
             requeue = max(0.0, min(requeue, self._status_due - self.clock()))
         return requeue
 
-    async def _record_changes(self) -> None:
-        changes, self._changes = self._changes, []
-        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
-        if cluster is None:
-            return
-        for reason, message in changes:
-            await self.event(cluster, "Normal", reason, message)
-
     async def _reconcile(self) -> float:
-        for other in self.state.list("GPUCluster"):
-            if metadata(other).get("name") != SINGLETON_NAME and not metadata(other).get("deletionTimestamp"):
-                await self.set_status(
-                    other, state="disabled", reason=NOT_SINGLETON,
-                    message=f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled",
-                )  # fmt: skip
+        looked_up: dict[Key, KubeObject | None] = {}
+        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+        live = cluster is not None and not metadata(cluster).get("deletionTimestamp")
+        prerequisites = await self.prerequisites() if live else Prerequisites()
+        decided: Plan | None = None
+        done: set[tuple[str, Key]] = set()  # a write is made at most once per reconcile
+        for _ in range(MAX_ROUNDS):
+            decided = plan(self.observe(prerequisites, looked_up))
+            if decided.lookups:
+                for obj in decided.lookups:
+                    looked_up[key_of(obj)] = await self._lookup(obj)
+                continue
+            decided.writes = [w for w in decided.writes if _identity(w) not in done]
+            if not decided.writes:
+                break
+            for write in decided.writes:
+                done.add(_identity(write))
+                await self._execute(write)
+        assert decided is not None
+        if decided.writes or decided.lookups:
+            # Still changing after MAX_ROUNDS (someone keeps rewriting an operand): look again soon.
+            log.info("operands still changing after %d rounds; reconciling again", MAX_ROUNDS)
+            return 1.0
+        self.active = decided.active
+        self._conflicts = decided.conflicts
+        for status in decided.statuses:
+            await self.set_status(
+                status.cluster, state=status.state, reason=status.reason, message=status.message,
+                **({"inventory": status.inventory} if status.inventory is not None else {}),
+            )  # fmt: skip
+        for event in decided.events:
+            await self.event(event.obj, event.type, event.reason, event.message)
+        return decided.requeue
+
+    async def _record_changes(self) -> None:
+        changes, self._changes = self._changes, {}
+        pending, self._pending_events = self._pending_events, []
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
         if cluster is None:
-            return 60.0
-        if metadata(cluster).get("deletionTimestamp"):
-            return await self.finalize(cluster)
-        if FINALIZER not in (metadata(cluster).get("finalizers") or []):
-            await self._add_finalizer(cluster)
-            cluster = self.state.get("GPUCluster", SINGLETON_NAME) or cluster
-
-        prereq = await self.prerequisites()
-        policies = self.state.list("ClusterPolicy")
-        problem = prereq.problem
-        if policies and problem is None:
-            names = ", ".join(sorted(str(metadata(p).get("name")) for p in policies))
-            problem = (
-                f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
-                "new installations only, delete the ClusterPolicy and its operands first"
-            )
-        if problem:
-            await self.set_status(cluster, state="notReady", reason=PREREQUISITE_NOT_MET, message=problem)
-            return 30.0
-
-        await self._label_namespace()
-        try:
-            model = GPUCluster.model_validate(cluster)
-        except ValidationError as exc:
-            detail = "; ".join(str(p) for p in problems_from(exc))
-            await self.set_status(cluster, state="notReady", reason=RECONCILE_FAILED, message=detail)
-            return 30.0
-        facts = ClusterFacts.from_environ(
-            self.env,
-            namespace=self.namespace,
-            owner_uid=str(metadata(cluster).get("uid") or "") or None,
-            service_monitor_crd=prereq.service_monitor,
-            kubernetes_version=prereq.version,
-        )
-        try:
-            operands = render_operands(model, facts)
-        except RenderError as exc:
-            await self.set_status(cluster, state="notReady", reason=RECONCILE_FAILED, message=str(exc))
-            return 30.0
-
-        desired_keys: set[tuple[str, str, str]] = set()
-        workloads = []
-        conflicts: list[str] = []
-        for operand in operands:
-            for obj in operand.objects:
-                meta = metadata(obj)
-                desired_keys.add((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
-                try:
-                    applied = await self.apply(obj)
-                except OperandConflict as conflict:
-                    conflicts.append(str(conflict))
-                    continue
-                if applied and (obj.get("spec") or {}).get("extendedResourceName"):
-                    await self._check_extended_resource(cluster, obj)
-                if obj["kind"] in ("DaemonSet", "Deployment"):
-                    workloads.append((str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"])))
-        await self.prune(str(metadata(cluster).get("uid") or ""), desired_keys)
-        relabelled = await self.label_nodes()
-        if conflicts:
-            for name in sorted(set(conflicts) - self._conflicts):
-                await self.event(
-                    cluster, "Warning", OPERAND_CONFLICT,
-                    f"{name} exists and is not managed by this GPUCluster: it is left untouched; "
-                    "delete it (or, cluster-scoped, label it app.kubernetes.io/managed-by=gpucluster) to hand it over",
-                )  # fmt: skip
-            self._conflicts = set(conflicts)
-            await self.set_status(
-                cluster, state="notReady", reason=OPERAND_CONFLICT,
-                message=f"objects with operand names exist and are not ours, left untouched: {', '.join(conflicts)}",
-                inventory=inventory(self.state.list("ResourceSlice"), self.state.list("ResourceClaim")),
-            )  # fmt: skip
-            return 5.0
-        self._conflicts = set()
-
-        statuses = []
-        nodes = self.state.list("Node")
-        for kind, namespace, name in workloads:
-            live = self.state.get(kind, name, namespace)
-            if live is not None:
-                statuses.append(workload_status(live, nodes))
-            else:
-                statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
-        # Nodes labelled in this pass are not yet in the DaemonSets' status: not ready until they are.
-        ready = all(s.ready for s in statuses) and not relabelled
-        stock = inventory(self.state.list("ResourceSlice"), self.state.list("ResourceClaim"))
-        if ready:
-            await self.set_status(
-                cluster, state="ready", reason="Reconciled", message="all operands are ready", inventory=stock
-            )
-            return 60.0
-        message = (
-            not_ready_message(statuses) or f"waiting for the operands to schedule on {relabelled} newly labelled nodes"
-        )
-        await self.set_status(cluster, state="notReady", reason=OPERANDS_NOT_READY, message=message, inventory=stock)
-        return 1.0 if relabelled else 5.0
-
-    async def _check_extended_resource(self, cluster: Mapping[str, Any], device_class: Mapping[str, Any]) -> None:
-        """An API server without DRAExtendedResource drops the field: say so, the webhook translates instead."""
-        live = self.state.get("DeviceClass", str(metadata(device_class).get("name"))) or {}
-        if not (live.get("spec") or {}).get("extendedResourceName"):
-            await self.event(
-                cluster, "Warning", "ExtendedResourceNotServed",
-                f"the API server dropped spec.extendedResourceName of DeviceClass {metadata(device_class).get('name')}: "
-                "enable the DRAExtendedResource feature gate; until then the admission webhook translates "
-                f"{(device_class.get('spec') or {}).get('extendedResourceName')} requests",
-            )  # fmt: skip
-
-    async def _add_finalizer(self, cluster: Mapping[str, Any]) -> None:
-        meta = metadata(cluster)
-        finalizers = [*(meta.get("finalizers") or []), FINALIZER]
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
-        result = await self._write(
-            "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
-        )
-        result.setdefault("kind", "GPUCluster")
-        self.state.upsert("GPUCluster", result)
-
-    async def _label_namespace(self) -> None:
-        ns = self.state.get("Namespace", self.namespace)
-        if ns is not None and (metadata(ns).get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true":
             return
-        body = {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}}
-        result = await self._write(
-            "PATCH", f"/api/v1/namespaces/{self.namespace}", body=body, content_type="application/merge-patch+json"
-        )
-        result.setdefault("kind", "Namespace")
-        self.state.upsert("Namespace", result)
-
-    async def prune(self, uid: str, desired: set[tuple[str, str, str]]) -> None:
-        """Delete objects this GPUCluster controls that no operand renders any more (and only those)."""
-        if not uid:
-            return
-        for kind in OWNED_KINDS:
-            for obj in self.state.list(kind):
-                meta = metadata(obj)
-                key = (kind, str(meta.get("namespace") or ""), str(meta.get("name")))
-                labels = meta.get("labels") or {}
-                if key in desired or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY:
-                    continue
-                if not _owned_by(obj, uid) or STATE_LABEL not in labels or meta.get("deletionTimestamp"):
-                    continue
-                log.info("deleting %s %s/%s: its operand is disabled", kind, key[1], key[2])
-                await self.delete(obj)
-                self._changes.append((OPERAND_PRUNED, f"deleted {describe(obj)}: its operand is disabled"))
-
-    async def label_nodes(self) -> int:
-        """Label GPU nodes; returns how many nodes were patched."""
-        patched = 0
-        mode = self.env.get("DEFAULT_GPU_ALLOCATION_MODE")
-        busy = nodes_with_claims(self.state.list("ResourceClaim"))
-        for node in self.state.list("Node"):
-            name = str(metadata(node).get("name"))
-            patch = label_patch(node, mode, name in busy)
-            if not patch:
-                continue
-            result = await self._write(
-                "PATCH",
-                f"/api/v1/nodes/{name}",
-                body={"metadata": {"labels": patch}},
-                content_type="application/merge-patch+json",
-            )
-            result.setdefault("kind", "Node")
-            self.state.upsert("Node", result)
-            patched += 1
-        return patched
-
-    async def finalize(self, cluster: Mapping[str, Any]) -> float:
-        """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""
-        meta = metadata(cluster)
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return 60.0
-        uid = str(meta.get("uid") or "")
-        draining = []
-        for ds in self.state.list("DaemonSet"):
-            template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
-            if not _owned_by(ds, uid) or not template.get("resourceClaims"):
-                continue
-            draining.append(str(metadata(ds).get("name")))
-            if not metadata(ds).get("deletionTimestamp"):
-                await self.delete(ds, propagation="Foreground")
-        if draining:
-            message = f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}"
-            await self.set_status(cluster, state="notReady", reason=DELETING, message=f"deleting: {message}")
-            await self.event(cluster, "Normal", "DrainingClaimConsumers", message)
-            return 5.0
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
-        await self._write(
-            "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
-        )
-        return 60.0
+        for reason, messages in changes.items():
+            ordered = [message for _, message in sorted(messages, key=lambda m: m[0])]
+            await self.event(cluster, "Normal", reason, summarize(ordered))
+        for type_, reason, message in pending:
+            await self.event(cluster, type_, reason, message)

@@ -1,9 +1,19 @@
-"""The controller process: informers, a rate-limited reconcile loop, leader election, health.
+"""The controller process: informers, three keyed reconcilers on work queues, leader election, health.
 
-All replicas keep their caches warm; only the Lease holder reconciles. Any watched change marks
-the singleton dirty; reconciles are serialized, at least ``min_interval`` apart, retried with
-exponential backoff on errors, and requeued as the reconciler asks (5 s while not ready, 60 s
-when ready).
+All replicas keep their caches warm; only the Lease holder runs the workers. A watch event
+queues the key of the work it touches (:mod:`gpucluster.kube.workqueue`: deduplicated, never two
+workers on one key, rate-limited retries):
+
+* ``gpucluster`` (the singleton's operands and status, controller/reconcile.py): events of the
+  GPUClusters, ClusterPolicies, the operator namespace, the objects we own, and of slices and
+  claims (the inventory). One worker; reconciles at least ``min_interval`` apart; requeued as the
+  reconciler asks (5 s while not ready, 60 s when ready); failures back off 0.5 s doubling to
+  ``max_backoff``, and after ``report_failures_after`` in a row show in status.
+* ``nodes`` (labels, controller/labeller.py): a node's own events, and claims allocated on it;
+  ``node_workers`` at once.
+* ``pods`` (pending pods: explanations, stranded pods): a pod's own events, and every pending
+  pod when slices, classes or claims change; the allocator runs in the worker process, with a
+  deadline, never on the event loop.
 """
 
 from __future__ import annotations
@@ -22,14 +32,25 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from controller.explain import REASON as EXPLAIN_REASON
 from controller.explain import Explainer
+from controller.labeller import NodeLabeller, claim_nodes
 from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from controller.reconcile import Reconciler, owned_resources
 from controller.status import PERMISSION_DENIED
 from controller.stranded import StrandedPods
-from gpucluster.clusterstate import ClusterState
+from gpucluster.api.gpucluster import SINGLETON_NAME
+from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.errors import InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
+from gpucluster.kube.workqueue import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    QueueMetrics,
+    WorkQueue,
+    default_rate_limiter,
+    run_workers,
+)
 
 log = logging.getLogger("gpucluster.controller")
 T = TypeVar("T")
@@ -40,7 +61,8 @@ PENDING_PODS = Resource("Pod", "/api/v1/pods", field_selector="status.phase=Pend
 
 
 # What each pass runs, as the `reconciler` label names it.
-RECONCILERS = ("gpucluster", "explanations", "stranded")
+RECONCILERS = ("gpucluster", "nodes", "explanations", "stranded")
+QUEUES = ("gpucluster", "nodes", "pods")
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -75,19 +97,11 @@ class Metrics:
             "gpucluster_controller_last_successful_reconcile_timestamp_seconds",
             "Unix time of the last successful reconcile.", ["reconciler"], registry=registry,
         )  # fmt: skip
-        self.queue_depth = Gauge(
-            "gpucluster_controller_workqueue_depth", "Keys waiting to be reconciled.", ["name"], registry=registry
-        )
-        self.queue_latency = Histogram(
-            "gpucluster_controller_workqueue_queue_duration_seconds",
-            "How long a key waited in the queue before its reconcile started.", ["name"],
-            buckets=DURATION_BUCKETS, registry=registry,
-        )  # fmt: skip
+        self.queues = QueueMetrics(registry, prefix="gpucluster_controller_")
         for name in RECONCILERS:  # every series exists from the start (rate() needs a zero)
             for result in ("ok", "error"):
                 self.reconciles.labels(name, result)
             self.duration.labels(name)
-        self.queue_depth.labels("gpucluster").set(0)
         self.writes = Counter(
             "gpucluster_controller_api_writes", "API writes made by reconciles.", registry=self.registry
         )
@@ -116,18 +130,29 @@ class Controller:
         delete_stranded_pods: bool = False,
         report_failures_after: int = 3,
         max_backoff: float = 8.0,
+        node_workers: int = 8,
     ) -> None:
         self.kube = kube
         self.report_failures_after = report_failures_after
-        self.max_backoff = max_backoff
         self.namespace = namespace
         self.state = ClusterState()
         self.reconciler = Reconciler(kube, self.state, namespace=namespace, env=dict(env or {}))
         self.explainer = Explainer(self.state)
         self.min_interval = min_interval
+        self.node_workers = node_workers
         self.metrics = Metrics()
-        self.dirty = asyncio.Event()
-        self._dirty_since: float | None = None  # when the pending work was first asked for
+        queues = self.metrics.queues
+        cluster_limiter = MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.5, max_backoff), BucketRateLimiter())
+        self.clusters: WorkQueue[str] = WorkQueue("gpucluster", cluster_limiter, metrics=queues)
+        self.nodes: WorkQueue[str] = WorkQueue("nodes", default_rate_limiter(cap=60.0), metrics=queues)
+        self.pods: WorkQueue[str] = WorkQueue("pods", default_rate_limiter(cap=60.0), metrics=queues)
+        self.labeller = NodeLabeller(
+            self.state, self.reconciler._write, dict(env or {}),
+            active=lambda: self.reconciler.active, on_settled=lambda: self.clusters.add(SINGLETON_NAME),
+        )  # fmt: skip
+        self.reconciler.unlabelled_nodes = lambda: len(self.labeller.pending)
+        self._was_active = False
+        self._failures = 0
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -147,17 +172,55 @@ class Controller:
         # DeviceClasses are both ours and read for explanations: watch them all.
         return [RESOURCES[k] for k in WATCHED] + [r for r in owned if r.kind not in WATCHED] + [PENDING_PODS]
 
-    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self._mark_dirty()
+    # ------------------------------------------------------------------ events -> keys
 
-    def _mark_dirty(self) -> None:
-        if self._dirty_since is None:
-            self._dirty_since = time.monotonic()
-            self.metrics.queue_depth.labels("gpucluster").set(1)
-        self.dirty.set()
+    def resync(self) -> None:
+        """Reconcile the GPUCluster again now (level-triggered: nothing is lost by asking twice)."""
+        self.clusters.add(SINGLETON_NAME)
+
+    def _node(self, name: str) -> None:
+        if self.labeller.wants(name):
+            self.nodes.add(name)
+
+    def _all_pods(self) -> None:
+        for pod in self.state.list("Pod"):
+            self.pods.add(_pod_key(pod))
+
+    def _on_event(self, type_: str, obj: KubeObject) -> None:
+        kind = str(obj.get("kind") or "")
+        if kind == "Node":
+            self._node(str(metadata(obj).get("name")))
+        elif kind == "Pod":
+            self.pods.add(_pod_key(obj))
+        elif kind == "Namespace":
+            if metadata(obj).get("name") == self.namespace:
+                self.resync()
+        elif kind == "ResourceClaim":
+            self.resync()  # the inventory
+            for node in claim_nodes(obj):
+                self._node(node)  # a node's driver label stays while its devices are in use
+            self._all_pods()
+        elif kind in ("ResourceSlice", "DeviceClass"):
+            self.resync()
+            self._all_pods()
+        else:  # GPUCluster, ClusterPolicy, the objects we own
+            self.resync()
+
+    def _on_list(self, kind: str) -> None:
+        if kind == "Node":
+            for node in self.state.list("Node"):
+                self._node(str(metadata(node).get("name")))
+        elif kind == "Pod":
+            self._all_pods()
+        else:
+            if kind in ("ResourceClaim", "ResourceSlice", "DeviceClass"):
+                self._all_pods()
+            self.resync()
+
+    # ------------------------------------------------------------------ syncs
 
     async def _timed(self, name: str, work: Awaitable[T]) -> T:
-        """Run one reconciler's part of a pass, measured and counted under ``reconciler=name``."""
+        """Run one reconciler's sync, measured and counted under ``reconciler=name``."""
         started = time.monotonic()
         try:
             result = await work
@@ -171,10 +234,53 @@ class Controller:
         self.metrics.last_success.labels(name).set(time.time())
         return result
 
-    async def _explain(self) -> None:
-        for pod, claims, reason in await self.explainer.explanations_offloaded():
-            for obj in (pod, *claims):
+    async def _sync_cluster(self, key: str) -> float:
+        started = time.monotonic()
+        before, status_before = self.reconciler.writes, self.reconciler.status_writes
+        try:
+            requeue = await self._timed("gpucluster", self.reconciler.reconcile())
+            self._failures = 0
+        except (KubeError, OSError, TimeoutError) as exc:
+            self._failures += 1
+            log.warning("reconcile failed error=%s failures=%d", exc, self._failures)
+            # A transient fault is retried quietly; a persistent one shows in status (Error=True).
+            if self._failures >= self.report_failures_after:
+                await self.reconciler.report_failure(exc, self._failures)
+            raise
+        finally:
+            self.passes += 1
+            self.metrics.writes.inc(self.reconciler.writes - before)
+            self.metrics.status_writes.inc(self.reconciler.status_writes - status_before)
+            cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+            ready = cluster is not None and (cluster.get("status") or {}).get("state") == "ready"
+            self.metrics.ready.set(1 if ready else 0)
+        if self.reconciler.active and not self._was_active:
+            for node in self.state.list("Node"):  # operands rendered: label the GPU nodes
+                self._node(str(metadata(node).get("name")))
+        self._was_active = self.reconciler.active
+        # Hold the key a moment: events meanwhile coalesce into one more reconcile, not many.
+        await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
+        return requeue
+
+    async def _sync_node(self, name: str) -> None:
+        before = self.reconciler.writes
+        try:
+            await self._timed("nodes", self.labeller.sync(name))
+        finally:
+            self.metrics.writes.inc(self.reconciler.writes - before)
+
+    async def _sync_pod(self, key: str) -> float | None:
+        namespace, _, name = key.partition("/")
+        pod = self.state.get("Pod", name, namespace)
+        await self._timed("stranded", self.stranded.check(pod, key, self.reconciler.event, self.reconciler.delete))
+        found, requeue = await self._timed("explanations", self.explainer.explain(pod, key))
+        if found is not None:
+            explained, claims, reason = found
+            for obj in (explained, *claims):
                 await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
+        return requeue
+
+    # ------------------------------------------------------------------ health
 
     def problems(self) -> list[str]:
         """Why the caches cannot be trusted: refusals (403 first) of the reflectors, one line each."""
@@ -211,7 +317,7 @@ class Controller:
             message = "; ".join(problems)
             # Nothing is reconciled until every cache syncs: say why on the GPUCluster when we can.
             if message and message != reported and self._leads() and self.state.synced(["GPUCluster"]):
-                cluster = self.state.get("GPUCluster", "gpu-cluster")
+                cluster = self.state.get("GPUCluster", SINGLETON_NAME)
                 if cluster is not None:
                     try:
                         await self.reconciler.set_status(
@@ -224,9 +330,13 @@ class Controller:
             await asyncio.sleep(0.05 if not problems else 1.0)
         self.synced = True
 
+    # ------------------------------------------------------------------ run
+
     async def run(self, stop: asyncio.Event) -> None:
         resources = self._resources()
-        self.reflectors = [Reflector(self.kube, r, self.state, on_event=self._on_event) for r in resources]
+        self.reflectors = [
+            Reflector(self.kube, r, self.state, on_event=self._on_event, on_list=self._on_list) for r in resources
+        ]
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(r.run()) for r in self.reflectors]
         tasks.append(asyncio.create_task(self.provisioner.run(stop)))
         elector = None
@@ -240,16 +350,12 @@ class Controller:
             )  # fmt: skip
             self.elector = elector
             elector_task = asyncio.create_task(elector.run(stop))
-
-        async def wake_on_stop() -> None:
-            await stop.wait()
-            self.dirty.set()
-
-        tasks.append(asyncio.create_task(wake_on_stop()))
         try:
             await self._wait_synced([r.kind for r in resources], stop)
-            await self._loop(stop, elector)
+            await self._lead(stop, elector)
         finally:
+            for queue in (self.clusters, self.nodes, self.pods):
+                queue.shut_down()
             if elector_task is not None:
                 # On a graceful stop the elector releases the Lease (the other replica takes over at
                 # once); give it a moment before cancelling what is left.
@@ -261,55 +367,67 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _loop(self, stop: asyncio.Event, elector: Any) -> None:
-        backoff = 0.5
-        failures = 0
-        next_run = 0.0
-        while not stop.is_set():
-            if elector is not None and not elector.is_leader.is_set():
-                waiter = asyncio.create_task(elector.is_leader.wait())
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
-                continue
-            if elector is None:
-                self.metrics.leader.set(1)
-            timeout = max(0.0, next_run - time.monotonic())
-            if not self.dirty.is_set() and timeout > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.dirty.wait(), timeout)
-            if stop.is_set():
-                return
-            self.dirty.clear()
-            started = time.monotonic()
-            queued = self._dirty_since
-            self._dirty_since = None
-            self.metrics.queue_depth.labels("gpucluster").set(0)
-            if queued is not None:
-                self.metrics.queue_latency.labels("gpucluster").observe(started - queued)
-            before = self.reconciler.writes
-            status_before = self.reconciler.status_writes
-            try:
-                requeue = await self._timed("gpucluster", self.reconciler.reconcile())
-                await self._timed("explanations", self._explain())
-                await self._timed("stranded", self.stranded.run_pass(self.reconciler.event, self.reconciler.delete))
-                backoff, failures = 0.5, 0
-            except (KubeError, OSError, TimeoutError) as exc:
-                log.warning("reconcile failed error=%s retry_in=%.1fs", exc, backoff)
-                failures += 1
-                # A transient fault is retried quietly; a persistent one shows in status (Error=True).
-                if failures >= self.report_failures_after:
-                    await self.reconciler.report_failure(exc, failures)
-                # Capped low: the pass after the fault clears turns the status back within seconds.
-                requeue, backoff = backoff, min(backoff * 2, self.max_backoff)
-            self.passes += 1
-            self.metrics.writes.inc(self.reconciler.writes - before)
-            self.metrics.status_writes.inc(self.reconciler.status_writes - status_before)
-            cluster = self.state.get("GPUCluster", "gpu-cluster")
-            self.metrics.ready.set(1 if cluster and (cluster.get("status") or {}).get("state") == "ready" else 0)
-            next_run = time.monotonic() + requeue
-            await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
+    async def _lead(self, stop: asyncio.Event, elector: Any) -> None:
+        """Run the workers while this replica holds the Lease (always, without leader election)."""
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                if elector is not None and not elector.is_leader.is_set():
+                    waiter = asyncio.create_task(elector.is_leader.wait())
+                    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    continue
+                if elector is None:
+                    self.metrics.leader.set(1)
+                # Leading from now: everything is looked at once (the queues also hold what
+                # arrived while following).
+                self._was_active = False
+                self.resync()
+                self._all_pods()
+                workers = [
+                    asyncio.create_task(run_workers(self.clusters, self._sync_cluster, on_error=_quiet)),
+                    asyncio.create_task(
+                        run_workers(self.nodes, self._sync_node, workers=self.node_workers, on_error=_log("nodes"))
+                    ),
+                    asyncio.create_task(run_workers(self.pods, self._sync_pod, workers=2, on_error=_log("pods"))),
+                ]
+                watch: set[asyncio.Future[Any]] = {stopper, *workers}
+                lost: asyncio.Task[None] | None = None
+                if elector is not None:
+                    lost = asyncio.create_task(_lost(elector))
+                    watch.add(lost)
+                await asyncio.wait(watch, return_when=asyncio.FIRST_COMPLETED)
+                for task in workers:
+                    task.cancel()
+                if lost is not None:
+                    lost.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                for task in workers:
+                    if task.done() and not task.cancelled() and task.exception() is not None:
+                        log.error("a worker stopped: %r", task.exception())
+        finally:
+            stopper.cancel()
+
+
+async def _lost(elector: Any) -> None:
+    """Returns when ``elector`` no longer holds the Lease."""
+    await elector.is_follower.wait()
+
+
+def _pod_key(pod: KubeObject) -> str:
+    meta = metadata(pod)
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+def _quiet(key: str, exc: BaseException) -> None:
+    return None  # the GPUCluster sync logs its own failures
+
+
+def _log(queue: str) -> Any:
+    def on_error(key: str, exc: BaseException) -> None:
+        log.warning("sync failed queue=%s key=%s error=%s", queue, key, exc)
+
+    return on_error
 
 
 def bind_address() -> str:

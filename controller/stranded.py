@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.translate import DEFAULT_CONFIG, gpu_resources
 
 log = logging.getLogger("gpucluster.controller.stranded")
@@ -99,6 +99,7 @@ class StrandedPods:
     delete: bool = False
     registry: CollectorRegistry | None = None
     _reported: set[str] = field(default_factory=set)
+    _stranded: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         registry = self.registry or CollectorRegistry()
@@ -113,36 +114,33 @@ class StrandedPods:
             registry=registry,
         )
 
-    def find(self) -> list[tuple[KubeObject, list[str]]]:
-        found = []
-        for pod in self.state.list("Pod"):
-            resources = stranded_resources(pod, self.state, self.operator_namespace)
-            if resources:
-                found.append((pod, resources))
-        return found
-
-    async def run_pass(
+    async def check(
         self,
+        pod: Mapping[str, Any] | None,
+        key: str,
         event: Callable[[Mapping[str, Any], str, str, str], Awaitable[None]],
         delete: Callable[[Mapping[str, Any]], Awaitable[None]],
     ) -> None:
-        found = self.find()
-        self.gauge.set(len(found))
-        live = set()
-        for pod, resources in found:
-            uid = str(metadata(pod).get("uid") or metadata(pod).get("name"))
-            live.add(uid)
-            names = ", ".join(resources)
-            obj = {"apiVersion": "v1", "kind": "Pod", **pod}
-            if uid not in self._reported:
-                self._reported.add(uid)
-                log.warning(
-                    "stranded pod namespace=%s name=%s resources=%s",
-                    metadata(pod).get("namespace"), metadata(pod).get("name"), names,
-                )  # fmt: skip
-                await event(obj, "Warning", REASON, MESSAGE.format(resources=names))
-            if self.delete and controlled(pod):
-                await delete(obj)
-                self.deleted.inc()
-                await event(obj, "Normal", REASON, DELETED_MESSAGE.format(resources=names))
-        self._reported &= live
+        """Report (and with ``delete``, delete) the pod cached under ``key`` (namespace/name) if it is
+        stranded; ``pod`` None: it is gone (or no longer Pending)."""
+        resources = stranded_resources(pod, self.state, self.operator_namespace) if pod is not None else []
+        if not resources or pod is None:
+            self._stranded.discard(key)
+            self._reported.discard(key)
+            self.gauge.set(len(self._stranded))
+            return
+        self._stranded.add(key)
+        self.gauge.set(len(self._stranded))
+        names = ", ".join(resources)
+        obj = {"apiVersion": "v1", "kind": "Pod", **pod}
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning(
+                "stranded pod namespace=%s name=%s resources=%s",
+                metadata(pod).get("namespace"), metadata(pod).get("name"), names,
+            )  # fmt: skip
+            await event(obj, "Warning", REASON, MESSAGE.format(resources=names))
+        if self.delete and controlled(pod):
+            await delete(obj)
+            self.deleted.inc()
+            await event(obj, "Normal", REASON, DELETED_MESSAGE.format(resources=names))

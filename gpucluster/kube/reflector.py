@@ -72,6 +72,7 @@ class Reflector:
         watch_timeout: int = 300,
         missing_retry: float = 30.0,
         on_event: Callable[[str, KubeObject], None] | None = None,
+        on_list: Callable[[str], None] | None = None,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -80,6 +81,7 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.missing_retry = missing_retry
         self.on_event = on_event
+        self.on_list = on_list  # told the kind after every (re)list: the watch events between are lost
         self.lists = 0
         self.error: KubeError | None = None
         """The last refusal (403, 401, 5xx) while listing or watching; cleared by a successful list."""
@@ -101,6 +103,8 @@ class Reflector:
             if not cont:
                 self.state.replace(self.resource.kind, items)
                 self.lists += 1
+                if self.on_list is not None:
+                    self.on_list(self.resource.kind)
                 if self.error is not None:
                     log.info("reflector recovered kind=%s", self.resource.kind)
                 self.error = None

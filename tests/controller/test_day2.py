@@ -130,7 +130,7 @@ async def test_hand_edits_are_reverted_and_steady_state_writes_nothing(env: Env)
     await wait_ready(env)
     writes, passes = controller.reconciler.writes, controller.passes
     for _ in range(3):
-        controller.dirty.set()
+        controller.resync()
         await env.wait(lambda p=passes: _true(controller.passes > p))
         passes = controller.passes
     assert controller.reconciler.writes == writes

@@ -175,15 +175,21 @@ async def test_stranded_pods_are_reported_once_and_deleted_only_when_owned_and_o
     async def delete(obj: Mapping[str, Any]) -> None:
         deleted.append(obj["metadata"]["name"])
 
+    async def check_all(stranded: StrandedPods) -> None:
+        for pod in state.list("Pod"):
+            await stranded.check(pod, f"ml/{pod['metadata']['name']}", event, delete)
+
     report_only = StrandedPods(state, "gpu-operator")
-    await report_only.run_pass(event, delete)
-    await report_only.run_pass(event, delete)
+    await check_all(report_only)
+    await check_all(report_only)
     assert sorted(events) == [("bare", "Warning", STRANDED_REASON), ("owned", "Warning", STRANDED_REASON)]
     assert deleted == [] and report_only.gauge._value.get() == 2
+    await report_only.check(None, "ml/bare", event, delete)  # gone
+    assert report_only.gauge._value.get() == 1
 
     events.clear()
     deleting = StrandedPods(state, "gpu-operator", delete=True)
-    await deleting.run_pass(event, delete)
+    await check_all(deleting)
     assert deleted == ["owned"]
 
 

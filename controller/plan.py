@@ -1,0 +1,384 @@
+"""What a GPUCluster reconcile should do, decided from what was observed (pure).
+
+:func:`plan` takes an :class:`Observed` snapshot (the GPUClusters, ClusterPolicies, what the
+server serves, the live copies of the objects the operands render, the objects we own, the
+nodes' labelling progress, the inventory) and returns a :class:`Plan`: objects whose live copy
+must be read first (our watches see only objects with our label, so an admin's object with an
+operand's name is looked up before the first write), writes (finalizer, namespace label,
+server-side applies, deletes), the status to report, events, and when to look again. The
+executor in controller/reconcile.py performs the lookups and writes and plans again on the
+updated observation until a plan has no writes left; only that plan's status is reported.
+
+Ownership: an existing object is written or deleted only when it is ours (a controller
+ownerReference to a GPUCluster, or, cluster-scoped, our managed-by label). Drift: an object
+is re-applied when its applied-content hash differs, or when the live values of the fields we
+apply differ from those seen right after our last apply (controller/drift.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from controller.drift import matches, project
+from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
+from controller.status import (
+    DELETING,
+    NOT_SINGLETON,
+    OPERAND_CONFLICT,
+    OPERANDS_NOT_READY,
+    PREREQUISITE_NOT_MET,
+    RECONCILE_FAILED,
+    inventory,
+    not_ready_message,
+    workload_status,
+)
+from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
+from gpucluster.api.validation import problems_from
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, KubeObject, metadata
+
+FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
+HASH_ANNOTATION = "gpucluster.nvidia.com/applied-hash"
+
+# Normal events on the GPUCluster for what a reconcile did to its operands.
+OPERAND_CREATED = "OperandCreated"
+OPERAND_UPDATED = "OperandUpdated"
+OPERAND_PRUNED = "OperandPruned"
+DRAINING = "DrainingClaimConsumers"
+
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = metadata(obj)
+    return (str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))
+
+
+def content_hash(obj: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in metadata(obj).get("ownerReferences") or [])
+
+
+def is_ours(obj: Mapping[str, Any]) -> bool:
+    """Whether we may write ``obj``: a GPUCluster is its controller, or it is cluster-scoped and carries
+    our managed-by label (how an admin hands a cluster-scoped object over)."""
+    meta = metadata(obj)
+    for ref in meta.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion") or "").split("/")[0]
+        if ref.get("controller") and ref.get("kind") == "GPUCluster" and group == "nvidia.com":
+            return True
+    labels = meta.get("labels") or {}
+    return not meta.get("namespace") and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    meta = metadata(obj)
+    where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+def with_hash(obj: Mapping[str, Any]) -> KubeObject:
+    """``obj`` annotated with the hash of its rendered content (what a later pass compares)."""
+    desired = dict(obj)
+    meta = dict(metadata(desired))
+    meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: content_hash(obj)}
+    desired["metadata"] = meta
+    return desired
+
+
+# ------------------------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True)
+class AddFinalizer:
+    cluster: KubeObject
+
+
+@dataclass(frozen=True)
+class RemoveFinalizer:
+    cluster: KubeObject
+
+
+@dataclass(frozen=True)
+class LabelNamespace:
+    name: str
+
+
+@dataclass(frozen=True)
+class Apply:
+    obj: KubeObject  # with its hash annotation
+    reason: str  # OPERAND_CREATED or OPERAND_UPDATED
+    message: str
+    drift: bool = False
+
+
+@dataclass(frozen=True)
+class Delete:
+    obj: KubeObject
+    propagation: str = "Background"
+    reason: str = ""  # a Normal event on the GPUCluster when set
+    message: str = ""
+
+
+Write = AddFinalizer | RemoveFinalizer | LabelNamespace | Apply | Delete
+
+
+@dataclass(frozen=True)
+class Status:
+    cluster: KubeObject
+    state: str
+    reason: str
+    message: str
+    inventory: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    obj: KubeObject
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    lookups: list[KubeObject] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    statuses: list[Status] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue: float = 60.0
+    conflicts: frozenset[str] = frozenset()
+    active: bool = False  # the operands rendered: GPU nodes should be labelled
+
+
+# ------------------------------------------------------------------------------------ observed
+
+
+@dataclass(frozen=True)
+class Prerequisites:
+    """What the cluster serves (``problem``: why GPUCluster cannot work here)."""
+
+    problem: str | None = None
+    version: str | None = None
+    service_monitor: bool = False
+
+
+@dataclass
+class Observed:
+    clusters: Sequence[KubeObject]
+    namespace: str
+    policies: Sequence[KubeObject] = ()
+    prerequisites: Prerequisites = field(default_factory=Prerequisites)
+    namespace_labels: Mapping[str, str] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Live copies by key: from the cache, or looked up (None: looked up, absent). A key that is
+    # neither in ``cached`` nor in ``looked_up`` has not been looked for yet.
+    cached: Mapping[Key, KubeObject] = field(default_factory=dict)
+    looked_up: Mapping[Key, KubeObject | None] = field(default_factory=dict)
+    owned: Sequence[KubeObject] = ()  # every cached object of the kinds we own (pruning)
+    applied: Mapping[Key, str] = field(default_factory=dict)  # projection hashes after our last applies
+    nodes: Sequence[KubeObject] = ()
+    unlabelled_nodes: int = 0  # GPU nodes whose labels the node reconciler has not yet set
+    slices: Sequence[KubeObject] = ()
+    claims: Sequence[KubeObject] = ()
+    previous_conflicts: frozenset[str] = frozenset()
+
+    def live(self, key: Key) -> tuple[bool, KubeObject | None]:
+        """(known, object): whether the live copy is known, and it (None when absent)."""
+        if key in self.cached:
+            return True, self.cached[key]
+        if key in self.looked_up:
+            return True, self.looked_up[key]
+        return False, None
+
+
+# ------------------------------------------------------------------------------------ planning
+
+
+def plan(observed: Observed) -> Plan:
+    out = Plan()
+    for other in observed.clusters:
+        meta = metadata(other)
+        if meta.get("name") != SINGLETON_NAME and not meta.get("deletionTimestamp"):
+            out.statuses.append(
+                Status(
+                    other, "disabled", NOT_SINGLETON, f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled"
+                )
+            )
+    cluster = next((c for c in observed.clusters if metadata(c).get("name") == SINGLETON_NAME), None)
+    if cluster is None:
+        return out
+    if metadata(cluster).get("deletionTimestamp"):
+        _plan_deletion(cluster, observed, out)
+        return out
+    if FINALIZER not in (metadata(cluster).get("finalizers") or []):
+        out.writes.append(AddFinalizer(cluster))
+
+    problem = observed.prerequisites.problem
+    if observed.policies and problem is None:
+        names = ", ".join(sorted(str(metadata(p).get("name")) for p in observed.policies))
+        problem = (
+            f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
+            "new installations only, delete the ClusterPolicy and its operands first"
+        )
+    if problem:
+        out.statuses.append(Status(cluster, "notReady", PREREQUISITE_NOT_MET, problem))
+        out.requeue = 30.0
+        return out
+
+    if (observed.namespace_labels or {}).get(ADMIN_ACCESS_LABEL) != "true":
+        out.writes.append(LabelNamespace(observed.namespace))
+    try:
+        model = GPUCluster.model_validate(cluster)
+        facts = ClusterFacts.from_environ(
+            observed.env,
+            namespace=observed.namespace,
+            owner_uid=str(metadata(cluster).get("uid") or "") or None,
+            service_monitor_crd=observed.prerequisites.service_monitor,
+            kubernetes_version=observed.prerequisites.version,
+        )
+        operands = render_operands(model, facts)
+    except ValidationError as exc:
+        detail = "; ".join(str(p) for p in problems_from(exc))
+        out.statuses.append(Status(cluster, "notReady", RECONCILE_FAILED, detail))
+        out.requeue = 30.0
+        return out
+    except RenderError as exc:
+        out.statuses.append(Status(cluster, "notReady", RECONCILE_FAILED, str(exc)))
+        out.requeue = 30.0
+        return out
+    out.active = True
+
+    desired_keys: set[Key] = set()
+    workloads: list[Key] = []
+    conflicts: list[str] = []
+    for operand in operands:
+        for obj in operand.objects:
+            key = key_of(obj)
+            desired_keys.add(key)
+            if key[0] in ("DaemonSet", "Deployment"):
+                workloads.append(key)
+            known, live = observed.live(key)
+            if not known:
+                out.lookups.append(obj)
+                continue
+            if live is not None and not is_ours(live):
+                conflicts.append(describe(live))
+                continue
+            action = _apply(obj, live, observed.applied.get(key))
+            if action is not None:
+                out.writes.append(action)
+    out.writes.extend(_prune(str(metadata(cluster).get("uid") or ""), desired_keys, observed.owned))
+    if out.lookups:
+        return out  # decide the rest once every live copy is known
+
+    stock = inventory(observed.slices, observed.claims)
+    out.conflicts = frozenset(conflicts)
+    if conflicts:
+        for name in sorted(out.conflicts - observed.previous_conflicts):
+            out.events.append(Event(
+                cluster, "Warning", OPERAND_CONFLICT,
+                f"{name} exists and is not managed by this GPUCluster: it is left untouched; "
+                "delete it (or, cluster-scoped, label it app.kubernetes.io/managed-by=gpucluster) to hand it over",
+            ))  # fmt: skip
+        message = f"objects with operand names exist and are not ours, left untouched: {', '.join(conflicts)}"
+        out.statuses.append(Status(cluster, "notReady", OPERAND_CONFLICT, message, stock))
+        out.requeue = 5.0
+        return out
+
+    statuses = []
+    for kind, namespace, name in workloads:
+        live = observed.cached.get((kind, namespace, name))
+        if live is not None:
+            statuses.append(workload_status(live, observed.nodes))
+        else:
+            statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
+    ready = all(s.ready for s in statuses) and not observed.unlabelled_nodes
+    if ready:
+        out.statuses.append(Status(cluster, "ready", "Reconciled", "all operands are ready", stock))
+        out.requeue = 60.0
+        return out
+    message = not_ready_message(statuses) or (
+        f"waiting for {observed.unlabelled_nodes} GPU nodes to be labelled for the operands"
+    )
+    out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
+    out.requeue = 5.0
+    return out
+
+
+def _apply(obj: KubeObject, live: KubeObject | None, applied: str | None) -> Apply | None:
+    desired = with_hash(obj)
+    if live is None:
+        return Apply(desired, OPERAND_CREATED, f"created {describe(obj)}")
+    digest = metadata(desired)["annotations"][HASH_ANNOTATION]
+    if (metadata(live).get("annotations") or {}).get(HASH_ANNOTATION) != digest:
+        return Apply(desired, OPERAND_UPDATED, f"updated {describe(obj)} to the desired spec")
+    if applied == content_hash(project(desired, live)) or (applied is None and matches(desired, live)):
+        return None
+    return Apply(desired, OPERAND_UPDATED, f"reverted a change to {describe(obj)} made by someone else", drift=True)
+
+
+def _prune(uid: str, desired: set[Key], owned: Sequence[KubeObject]) -> list[Delete]:
+    """Objects this GPUCluster controls that no operand renders any more (and only those)."""
+    if not uid:
+        return []
+    out = []
+    for obj in owned:
+        meta = metadata(obj)
+        labels = meta.get("labels") or {}
+        if key_of(obj) in desired or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY:
+            continue
+        if not owned_by(obj, uid) or STATE_LABEL not in labels or meta.get("deletionTimestamp"):
+            continue
+        out.append(Delete(obj, reason=OPERAND_PRUNED, message=f"deleted {describe(obj)}: its operand is disabled"))
+    return out
+
+
+def _plan_deletion(cluster: KubeObject, observed: Observed, out: Plan) -> None:
+    """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""
+    meta = metadata(cluster)
+    if FINALIZER not in (meta.get("finalizers") or []):
+        return
+    uid = str(meta.get("uid") or "")
+    draining = []
+    for ds in observed.owned:
+        if ds.get("kind") != "DaemonSet":
+            continue
+        template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if not owned_by(ds, uid) or not template.get("resourceClaims"):
+            continue
+        draining.append(str(metadata(ds).get("name")))
+        if not metadata(ds).get("deletionTimestamp"):
+            out.writes.append(Delete(ds, propagation="Foreground"))
+    if not draining:
+        out.writes.append(RemoveFinalizer(cluster))
+        return
+    message = f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}"
+    out.statuses.append(Status(cluster, "notReady", DELETING, f"deleting: {message}"))
+    out.events.append(Event(cluster, "Normal", DRAINING, message))
+    out.requeue = 5.0
+
+
+def summarize(messages: Sequence[str], limit: int = 1000) -> str:
+    """One event message for what one reconcile did of one kind (``created A; created B``), at most
+    ``limit`` characters (``... and N more``).
+
+    One event per reason per reconcile: ten distinct messages of one reason would be combined by
+    the event correlator into "(combined from similar events)", hiding which objects changed.
+    """
+    shown: list[str] = []
+    for i, message in enumerate(messages):
+        rest = len(messages) - i - 1
+        tail = f"; and {rest} more" if rest else ""
+        if shown and len("; ".join([*shown, message])) + len(tail) > limit:
+            return "; ".join(shown) + f"; and {len(messages) - len(shown)} more"
+        shown.append(message)
+    return "; ".join(shown)

@@ -1,0 +1,195 @@
+"""The GPUCluster reconciler's decisions on plain data (controller/plan.py): no API, no sandbox."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from controller.drift import project
+from controller.plan import (
+    FINALIZER,
+    HASH_ANNOTATION,
+    OPERAND_CREATED,
+    OPERAND_PRUNED,
+    AddFinalizer,
+    Apply,
+    Delete,
+    LabelNamespace,
+    Observed,
+    Prerequisites,
+    RemoveFinalizer,
+    content_hash,
+    key_of,
+    plan,
+    summarize,
+)
+from controller.status import DELETING, NOT_SINGLETON, OPERAND_CONFLICT, OPERANDS_NOT_READY, PREREQUISITE_NOT_MET
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+from tests.controller.helpers import ENV, NAMESPACE, UID, manifest
+
+Obj = dict[str, Any]
+PLUGIN = ("DaemonSet", NAMESPACE, "nvidia-dra-driver-kubelet-plugin")
+
+
+def gpucluster(**meta: Any) -> Obj:
+    obj = manifest()
+    obj["metadata"].update({"uid": UID, "generation": 1, "finalizers": [FINALIZER], **meta})
+    return obj
+
+
+def observed(cluster: Obj | None = None, **kwargs: Any) -> Observed:
+    defaults: dict[str, Any] = {
+        "clusters": [cluster or gpucluster()],
+        "namespace": NAMESPACE,
+        "env": ENV,
+        "prerequisites": Prerequisites(version="v1.34.2"),
+        "namespace_labels": {ADMIN_ACCESS_LABEL: "true"},
+    }
+    return Observed(**{**defaults, **kwargs})
+
+
+class Absent(dict[Any, Any]):
+    """Every live copy looked up and absent."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: Any) -> None:
+        return None
+
+
+def installed() -> tuple[dict[Any, Obj], dict[Any, str]]:
+    """The cache and the applied hashes right after every operand was created as planned."""
+    first = plan(observed(looked_up=Absent()))
+    cached, applied = {}, {}
+    for write in first.writes:
+        assert isinstance(write, Apply)
+        live = copy.deepcopy(write.obj)
+        live["metadata"]["resourceVersion"] = "1"  # what the server adds is not drift
+        cached[key_of(live)] = live
+        applied[key_of(live)] = content_hash(project(write.obj, live))
+    return cached, applied
+
+
+def test_no_gpucluster_plans_nothing() -> None:
+    out = plan(Observed(clusters=[], namespace=NAMESPACE))
+    assert not out.writes and not out.statuses and not out.lookups and not out.active
+
+
+def test_a_second_gpucluster_is_disabled_and_only_it() -> None:
+    other = manifest()
+    other["metadata"]["name"] = "second"
+    out = plan(Observed(clusters=[other], namespace=NAMESPACE))
+    assert [(s.cluster["metadata"]["name"], s.state, s.reason) for s in out.statuses] == [
+        ("second", "disabled", NOT_SINGLETON)
+    ]
+
+
+def test_a_new_gpucluster_gets_its_finalizer_namespace_label_and_every_operand_created() -> None:
+    cluster = gpucluster(finalizers=[])
+    out = plan(observed(cluster, looked_up=Absent(), namespace_labels={}))
+    kinds = [type(w) for w in out.writes]
+    assert kinds.count(AddFinalizer) == 1 and kinds.count(LabelNamespace) == 1
+    applies = [w for w in out.writes if isinstance(w, Apply)]
+    assert PLUGIN in {key_of(a.obj) for a in applies}
+    assert all(a.reason == OPERAND_CREATED and HASH_ANNOTATION in a.obj["metadata"]["annotations"] for a in applies)
+    assert out.active
+
+
+def test_objects_missing_from_the_cache_are_looked_up_before_anything_is_decided() -> None:
+    out = plan(observed())
+    assert PLUGIN in {key_of(o) for o in out.lookups}
+    assert not out.statuses  # no status from a partial view
+
+
+def test_steady_state_plans_no_writes() -> None:
+    cached, applied = installed()
+    out = plan(observed(cached=cached, owned=list(cached.values()), applied=applied))
+    assert out.writes == [] and not out.lookups
+    [status] = out.statuses
+    assert status.reason == OPERANDS_NOT_READY  # the DaemonSets have no status yet
+
+
+def test_a_hand_edit_of_an_applied_field_is_reverted() -> None:
+    cached, applied = installed()
+    edited = copy.deepcopy(cached[PLUGIN])
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/evil:1"
+    cached[PLUGIN] = edited  # the hash annotation is unchanged: only the fields tell
+    out = plan(observed(cached=cached, owned=list(cached.values()), applied=applied))
+    [write] = out.writes
+    assert isinstance(write, Apply) and write.drift and key_of(write.obj) == PLUGIN
+    assert "made by someone else" in write.message
+
+
+def test_an_object_with_an_operand_name_that_is_not_ours_is_never_written() -> None:
+    admins = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": PLUGIN[2], "namespace": NAMESPACE}}
+    out = plan(observed(looked_up=Absent(), cached={PLUGIN: admins}))
+    assert PLUGIN not in {key_of(w.obj) for w in out.writes if isinstance(w, Apply | Delete)}
+    [status] = out.statuses
+    assert status.reason == OPERAND_CONFLICT and f"DaemonSet {NAMESPACE}/{PLUGIN[2]}" in status.message
+    [event] = out.events
+    assert event.type == "Warning" and event.reason == OPERAND_CONFLICT
+    # Reported once: the next plan with the same conflict has no new event.
+    again = plan(observed(looked_up=Absent(), cached={PLUGIN: admins}, previous_conflicts=out.conflicts))
+    assert again.events == []
+
+
+def test_a_disabled_operand_is_pruned_but_an_admins_object_is_not() -> None:
+    cached, applied = installed()
+    ours = copy.deepcopy(cached[PLUGIN])
+    ours["metadata"]["name"] = "left-over"
+    admins = {"kind": "Service", "metadata": {"name": "x", "namespace": NAMESPACE, "labels": {}}}
+    owned = [*cached.values(), ours, admins]
+    out = plan(observed(cached=cached, owned=owned, applied=applied))
+    [delete] = out.writes
+    assert isinstance(delete, Delete) and delete.obj is ours and delete.reason == OPERAND_PRUNED
+
+
+def test_a_clusterpolicy_is_a_prerequisite_not_met_and_nothing_is_applied() -> None:
+    policy = {"kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}}
+    out = plan(observed(policies=[policy], looked_up=Absent()))
+    assert not [w for w in out.writes if isinstance(w, Apply)]
+    [status] = out.statuses
+    assert status.reason == PREREQUISITE_NOT_MET and "cluster-policy" in status.message
+
+
+def test_unlabelled_gpu_nodes_keep_the_cluster_not_ready() -> None:
+    cached, applied = installed()
+    for key, obj in cached.items():
+        if key[0] == "DaemonSet":
+            obj["status"] = {"observedGeneration": 1, "desiredNumberScheduled": 0, "numberReady": 0}
+        if key[0] == "Deployment":
+            obj["status"] = {"observedGeneration": 1, "readyReplicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+            obj["metadata"]["generation"] = 1
+        obj["metadata"]["generation"] = 1
+    ready = plan(observed(cached=cached, owned=list(cached.values()), applied=applied))
+    assert [s.state for s in ready.statuses] == ["ready"], ready.statuses
+    waiting = plan(observed(cached=cached, owned=list(cached.values()), applied=applied, unlabelled_nodes=3))
+    [status] = waiting.statuses
+    assert status.state == "notReady" and "3 GPU nodes" in status.message
+
+
+def test_deletion_drains_claim_consumers_first_then_drops_the_finalizer() -> None:
+    cached, _ = installed()
+    consumers = [
+        o for o in cached.values() if o["kind"] == "DaemonSet" and o["spec"]["template"]["spec"].get("resourceClaims")
+    ]
+    assert consumers
+    deleting = gpucluster(deletionTimestamp="2026-01-01T00:00:00Z")
+    out = plan(observed(deleting, owned=list(cached.values())))
+    assert {key_of(w.obj) for w in out.writes if isinstance(w, Delete)} == {key_of(c) for c in consumers}
+    assert all(isinstance(w, Delete) and w.propagation == "Foreground" for w in out.writes)
+    [status] = out.statuses
+    assert status.reason == DELETING
+    others = [o for o in cached.values() if o not in consumers]
+    done = plan(observed(deleting, owned=others))
+    assert [type(w) for w in done.writes] == [RemoveFinalizer]
+
+
+def test_summaries_name_what_changed_within_the_length_limit() -> None:
+    assert summarize(["created A"]) == "created A"
+    assert summarize(["created A", "created B"]) == "created A; created B"
+    long = summarize([f"created object-{i:03d}" for i in range(100)], limit=100)
+    assert len(long) <= 100 and long.startswith("created object-000; ") and long.endswith("more")
+    shown = long.count("created ")
+    assert long.endswith(f"and {100 - shown} more")
