@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpucluster.clusterstate import ClusterState, metadata
+from gpucluster.policy import native_resources, opted_out
 from gpucluster.translate import DEFAULT_CONFIG, gpu_resources
 
 log = logging.getLogger("gpucluster.controller.stranded")
@@ -35,7 +36,6 @@ MESSAGE = (
 DELETED_MESSAGE = (
     "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
 )
-TRANSLATE_LABEL = "gpucluster.nvidia.com/translate"  # gpucluster.policy.TRANSLATE_LABEL
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -45,24 +45,6 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
         for c in (pod.get("status") or {}).get("conditions") or []
         if isinstance(c, dict)
     )
-
-
-def _opted_out(pod: Mapping[str, Any], state: ClusterState) -> bool:
-    meta = metadata(pod)
-    for values in (meta.get("labels"), meta.get("annotations")):
-        if isinstance(values, dict) and str(values.get(TRANSLATE_LABEL, "")).lower() == "false":
-            return True
-    labels = state.namespace_labels(str(meta.get("namespace") or "")) or {}
-    return labels.get(TRANSLATE_LABEL, "").lower() == "false"
-
-
-def _native(state: ClusterState) -> set[str]:
-    names = set()
-    for device_class in state.list("DeviceClass"):
-        name = (device_class.get("spec") or {}).get("extendedResourceName")
-        if isinstance(name, str) and name:
-            names.add(name)
-    return names
 
 
 def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_namespace: str) -> list[str]:
@@ -80,8 +62,8 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
     if MIRROR_ANNOTATION in (annotations or {}) or DEFAULT_CONFIG.annotation in (annotations or {}):
         return []
     wanted = {r for counts in gpu_resources(spec).values() for r in counts}
-    wanted -= _native(state)
-    if not wanted or _opted_out(pod, state):
+    wanted -= set(native_resources(state))
+    if not wanted or opted_out(pod, state.namespace_labels(str(meta.get("namespace") or ""))):
         return []
     return sorted(wanted)
 

@@ -28,3 +28,9 @@ class LRU(Generic[K, V]):
         self._data.move_to_end(key)
         while len(self._data) > self.size:
             self._data.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._data)

@@ -19,10 +19,11 @@ share this one recorder. Events are best effort: a sink reports a failed write, 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
+
+from gpucluster.lru import LRU
 
 LRU_ENTRIES = 4096
 AGGREGATE_MAX = 10
@@ -30,9 +31,6 @@ AGGREGATE_INTERVAL = 600.0
 SPAM_BURST = 25
 SPAM_REFILL = 1.0 / 300.0  # tokens per second
 COMBINED = "(combined from similar events): "
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 
 
 class EventSink(Protocol):
@@ -42,32 +40,6 @@ class EventSink(Protocol):
     async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool:
         """Merge ``changes`` (count, lastTimestamp, message) into that Event; False when it is gone
         or was not written."""
-
-
-class LRU(Generic[K, V]):
-    """A bounded mapping that forgets the least recently used key."""
-
-    def __init__(self, size: int = LRU_ENTRIES) -> None:
-        self.size = size
-        self._data: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.size:
-            self._data.popitem(last=False)
-
-    def pop(self, key: K) -> None:
-        self._data.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 @dataclass
@@ -115,9 +87,9 @@ class EventRecorder:
         self.instance = instance
         self.clock = clock
         self.now = now
-        self._seen: LRU[tuple[Any, ...], _Seen] = LRU()
-        self._aggregates: LRU[tuple[Any, ...], _Aggregate] = LRU()
-        self._spam: LRU[tuple[Any, ...], _Bucket] = LRU()
+        self._seen: LRU[tuple[Any, ...], _Seen] = LRU(LRU_ENTRIES)
+        self._aggregates: LRU[tuple[Any, ...], _Aggregate] = LRU(LRU_ENTRIES)
+        self._spam: LRU[tuple[Any, ...], _Bucket] = LRU(LRU_ENTRIES)
         self.dropped = 0
 
     def _accept(self, involved: tuple[Any, ...]) -> bool:
