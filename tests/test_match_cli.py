@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "resourceslices"
 
 
@@ -102,3 +104,32 @@ def test_json_output_is_streamed_row_by_row_and_reads_as_one_document() -> None:
     empty = io.StringIO()
     _write_json_stream(iter([]), empty)
     assert json.loads(empty.getvalue()) == []
+
+
+def test_json_rows_of_match_print_exactly_as_json_dumps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows match yields are filled into a template (json.dumps with indent is pure Python and
+    was a third of a run); any other row goes through json.dumps. Both print the same text."""
+    import io
+
+    from gpucluster.commands.match import _write_json_stream
+
+    rows = [
+        {"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-0", "expression": 0, "outcome": "match",
+         "message": ""},
+        {"driver": "d", "pool": 'p"\\', "device": "gpü-1", "expression": 12, "outcome": "error",
+         "message": "no such key: 'x'\n\t\u2028"},
+        {"driver": "d", "pool": "p", "device": "g", "expression": True, "outcome": "nomatch", "message": ""},
+        {"pool": "p", "driver": "d", "device": "g", "expression": 1, "outcome": "nomatch", "message": ""},
+    ]  # fmt: skip
+    expected, expected_ours = json.dumps(rows, indent=2) + "\n", json.dumps(rows[:2], indent=2) + "\n"
+    out = io.StringIO()
+    _write_json_stream(iter(rows), out)
+    assert out.getvalue() == expected
+
+    def slow(*args: object, **kwargs: object) -> str:
+        raise AssertionError("a row of match went through json.dumps")
+
+    monkeypatch.setattr(json, "dumps", slow)
+    out = io.StringIO()
+    _write_json_stream(iter(rows[:2]), out)
+    assert out.getvalue() == expected_ours

@@ -76,13 +76,37 @@ def _rows(
     return list(_each_row(slices, _programs(expressions, consumable_capacity=consumable_capacity)))
 
 
+_ROW_KEYS = ("driver", "pool", "device", "expression", "outcome", "message")
+_ROW_TEMPLATE = (
+    '{\n    "driver": %s,\n    "pool": %s,\n    "device": %s,\n    "expression": %d,\n'
+    '    "outcome": %s,\n    "message": %s\n  }'
+)
+
+
+def _row_json(row: dict[str, Any], quote: Any = json.encoder.encode_basestring_ascii) -> str:
+    """``json.dumps(row, indent=2)`` indented by two more spaces. With ``indent`` json.dumps runs its
+    pure-Python encoder (a third of a ``match``); the rows _each_row yields are filled into a
+    template with the C string encoder instead."""
+    if tuple(row) == _ROW_KEYS and type(row["expression"]) is int:
+        driver, pool, device, outcome, message = (
+            row["driver"],
+            row["pool"],
+            row["device"],
+            row["outcome"],
+            row["message"],
+        )
+        if type(driver) is type(pool) is type(device) is type(outcome) is type(message) is str:
+            return _ROW_TEMPLATE % (quote(driver), quote(pool), quote(device), row["expression"], quote(outcome),
+                                    quote(message))  # fmt: skip
+    return json.dumps(row, indent=2).replace("\n", "\n  ")
+
+
 def _write_json_stream(rows: Iterable[dict[str, Any]], out: TextIO) -> None:
     """What ``json.dumps(list(rows), indent=2)`` prints, written row by row: the answer for 20,000
     devices is tens of MB, and it never has to be in memory at once."""
     first = True
     for row in rows:
-        body = json.dumps(row, indent=2).replace("\n", "\n  ")
-        out.write(("[\n  " if first else ",\n  ") + body)
+        out.write(("[\n  " if first else ",\n  ") + _row_json(row))
         first = False
     out.write("[]\n" if first else "\n]\n")
 
