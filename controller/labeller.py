@@ -17,6 +17,7 @@ from typing import Any
 
 from controller.nodes import GPU_DRIVER, label_patch, nodes_with_claims
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.kube.reflector import strip_managed_fields
 
 log = logging.getLogger("gpucluster.controller.nodes")
 
@@ -67,7 +68,7 @@ class NodeLabeller:
                 content_type="application/merge-patch+json",
             )  # fmt: skip
             result.setdefault("kind", "Node")
-            self.state.upsert("Node", result)
+            self.state.upsert("Node", strip_managed_fields(result))
             log.debug("labelled node=%s labels=%s", name, patch)
         self._settle(name)
 

@@ -57,6 +57,16 @@ RESOURCES: dict[str, Resource] = {
 }
 
 
+def strip_managed_fields(obj: KubeObject) -> KubeObject:
+    """Drop ``metadata.managedFields`` before caching, as controller-runtime's
+    ``TransformStripManagedFields``: nothing read from a cache uses them, and they are often
+    the larger part of a small object (a third of a ResourceSlice)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
 
@@ -73,6 +83,7 @@ class Reflector:
         missing_retry: float = 30.0,
         on_event: Callable[[str, KubeObject], None] | None = None,
         on_list: Callable[[str], None] | None = None,
+        transform: Callable[[KubeObject], KubeObject] = strip_managed_fields,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -81,6 +92,7 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.missing_retry = missing_retry
         self.on_event = on_event
+        self.transform = transform
         self.on_list = on_list  # told the kind after every (re)list: the watch events between are lost
         self.lists = 0
         self.error: KubeError | None = None
@@ -97,7 +109,7 @@ class Reflector:
             for item in page.get("items") or []:
                 item.setdefault("kind", kind)  # list items arrive without kind/apiVersion
                 item.setdefault("apiVersion", api_version)
-                items.append(item)
+                items.append(self.transform(item))
             meta = page.get("metadata") or {}
             cont = str(meta.get("continue") or "")
             if not cont:
@@ -127,6 +139,7 @@ class Reflector:
             if kind == "BOOKMARK":
                 continue
             obj.setdefault("kind", self.resource.kind)
+            obj = self.transform(obj)
             if kind in ("ADDED", "MODIFIED"):
                 self.state.upsert(self.resource.kind, obj)
             elif kind == "DELETED":

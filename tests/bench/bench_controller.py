@@ -158,6 +158,8 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
             "steady_writes": float(rv_after - rv_before),
             "rss_mb": _rss_mb(controller.pid),
         }
+        if names:
+            result.update(await _heartbeats(kube, port, controller.pid, names[: min(len(names), 1000)]))
         if leave:
             result.update(await _nodes_leave(kube, port, names[-leave:], nodes - leave))
         return result
@@ -168,6 +170,37 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+async def _heartbeats(kube: Kube, port: int, pid: int, names: list[str]) -> dict[str, float]:
+    """Update each node's status (a kubelet heartbeat: a Ready condition's lastHeartbeatTime) and
+    measure the controller's CPU time and writes for those watch events (they should cost a label
+    check each, not a pass over the cluster)."""
+    before, cpu = _counters(port), _cpu_s(pid)
+    semaphore = asyncio.Semaphore(16)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    async def beat(name: str) -> None:
+        body = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                           "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}  # fmt: skip
+        async with semaphore:
+            await kube.request("PATCH", f"/api/v1/nodes/{name}/status", body=body,
+                               content_type="application/strategic-merge-patch+json")  # fmt: skip
+
+    await asyncio.gather(*(beat(name) for name in names))
+    await asyncio.sleep(2.0)  # the watch events delivered and handled
+    after = _counters(port)
+    writes = "gpucluster_controller_api_writes_total"
+    return {
+        "beat_cpu_us": (_cpu_s(pid) - cpu) / len(names) * 1e6,
+        "beat_writes": after.get(writes, 0) - before.get(writes, 0),
+        "beats": float(len(names)),
+    }
 
 
 async def _nodes_leave(kube: Kube, port: int, names: list[str], remaining: int) -> dict[str, float]:
@@ -226,6 +259,13 @@ def run() -> list[dict[str, Any]]:
             limit = 250 if nodes <= 1000 else 600
             rows.append({"name": f"controller RSS, {n} cached", "value": result["rss_mb"], "unit": "MB",
                          "target": f"<= {limit} MB", "ok": result["rss_mb"] <= limit})  # fmt: skip
+        if "beat_cpu_us" in result:
+            beats = f"{result['beats']:,.0f} node heartbeats, {n}"
+            rows.append({"name": f"controller CPU per node status event ({beats})", "unit": "us",
+                         "value": result["beat_cpu_us"], "target": "<= 1000 us",
+                         "ok": result["beat_cpu_us"] <= 1000})  # fmt: skip
+            rows.append({"name": f"controller API writes for {beats}", "unit": "writes",
+                         "value": result["beat_writes"], "target": "0", "ok": result["beat_writes"] == 0})  # fmt: skip
         if leave:
             rows.append({"name": f"status writes to absorb {leave} nodes leaving, {n}", "unit": "writes",
                          "value": result["leave_status_writes"], "target": "<= 10",
