@@ -106,6 +106,7 @@ from typing import Any, Literal
 
 import orjson
 
+from gpucluster.dra.quantity import Quantity, QuantityError
 from gpucluster.jsonutil import clone
 
 __all__ = [
@@ -345,14 +346,10 @@ def template_spec_problem(spec: Any, config: TranslationConfig = DEFAULT_CONFIG)
 
 # ----------------------------------------------------------------------------- quantities
 
-_QUANTITY = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)$")
-_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_EXPONENT = re.compile(r"^[eE]([+-]?\d+)$")
-
 
 def parse_quantity(value: Any) -> Fraction:
-    """A Kubernetes quantity (string, or a number from YAML) as an exact fraction.
+    """A Kubernetes quantity (string, or a number from YAML) as an exact fraction, read by the one
+    quantity parser (:mod:`gpucluster.dra.quantity`, ``resource.ParseQuantity``'s rules).
 
     Raises ``ValueError`` for anything Kubernetes would not parse.
     """
@@ -366,21 +363,10 @@ def parse_quantity(value: Any) -> Fraction:
         return Fraction(value)
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a quantity")
-    match = _QUANTITY.match(value)
-    if match is None:
-        raise ValueError(f"{value!r} is not a quantity")
-    sign, number, suffix = match.groups()
-    amount = Fraction(number)
-    if suffix in _BINARY:
-        amount *= 2 ** _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        amount *= Fraction(10) ** _DECIMAL[suffix]
-    else:
-        exponent = _EXPONENT.match(suffix)
-        if exponent is None:
-            raise ValueError(f"{value!r} is not a quantity")
-        amount *= Fraction(10) ** int(exponent.group(1))
-    return -amount if sign == "-" else amount
+    try:
+        return Quantity.parse(value).value
+    except QuantityError:
+        raise ValueError(f"{value!r} is not a quantity") from None
 
 
 def _quantity_text(value: Any) -> str:

@@ -773,7 +773,8 @@ def test_parse_quantity() -> None:
     assert parse_quantity("+3") == 3
     assert parse_quantity(".5") * 2 == 1
     assert parse_quantity(4) == 4
-    for bad in ("", "1.2.3", "1x", "m", True, None, [1], float("nan")):
+    assert parse_quantity("m") == 0 == parse_quantity("-")  # ParseQuantity: no digits read as 0
+    for bad in ("", "1.2.3", "1x", "1Qi", True, None, [1], float("nan")):
         with pytest.raises(ValueError):
             parse_quantity(bad)
 
