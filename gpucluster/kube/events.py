@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpucluster.clusterstate import metadata
 from gpucluster.lru import LRU
 
 LRU_ENTRIES = 4096
@@ -63,11 +64,6 @@ class _Seen:
 
 def _timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    md = obj.get("metadata")
-    return md if isinstance(md, Mapping) else {}
 
 
 class EventRecorder:
@@ -116,7 +112,7 @@ class EventRecorder:
         api_version: str | None = None,
     ) -> None:
         """Record ``reason``/``message`` about ``obj`` (its ``kind``/``apiVersion`` unless given)."""
-        md = _meta(obj)
+        md = metadata(obj)
         kind = kind or str(obj.get("kind") or "")
         api_version = api_version or str(obj.get("apiVersion") or "")
         ns = str(md.get("namespace") or "default")

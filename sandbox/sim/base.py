@@ -15,6 +15,7 @@ import logging
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQueue, run_workers
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
@@ -22,6 +23,7 @@ from sandbox.apiserver.resources import ResourceType
 from sandbox.apiserver.store import Event
 
 Obj = dict[str, Any]
+__all__ = ["Controller", "Obj", "Retry", "meta"]
 log = logging.getLogger("sandbox.sim")
 
 
@@ -128,8 +130,3 @@ class Controller:
         if found is None:
             raise Retry(f"{group}/{version} {plural} not served")
         return found
-
-
-def meta(obj: Obj | None) -> Obj:
-    md = (obj or {}).get("metadata")
-    return md if isinstance(md, dict) else {}
