@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpucluster.nodeselector import requirement_matches
+
 Obj = dict[str, Any]
 
 # What kube-scheduler accounts as native resources (everything else is an extended resource).
@@ -57,24 +59,8 @@ def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def _expression_matches(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key, op = str(expr.get("key") or ""), expr.get("operator")
     wanted = [str(v) for v in expr.get("values") or []]
-    present = key in values
-    if op == "In":
-        return present and values[key] in wanted
-    if op == "NotIn":
-        return not present or values[key] not in wanted
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and wanted:
-        try:
-            have, limit = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return have > limit if op == "Gt" else have < limit
-    return False
+    return requirement_matches(str(expr.get("key") or ""), str(expr.get("operator")), wanted, values)
 
 
 def _term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
