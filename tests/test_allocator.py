@@ -581,9 +581,14 @@ def test_distinct_attribute() -> None:
     assert [a.device for a in result.nodes[0].allocation] == ["d1", "d3"]
     result = explain([claim(exact(count=3), constraints=constraints)], cluster)
     assert not result.satisfiable
-    assert (f"{GPU}/p1/d2", f"constraint distinctAttribute {GPU}/nic ('a' already chosen)") in result.nodes[0].requests[
-        0
-    ].rejections
+    # Two values for three devices: the search stops before trying any (pruned), and says why.
+    why = f"constraint distinctAttribute {GPU}/nic (only 2 value(s) not chosen yet are left for the 3 device(s) still needed)"
+    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/d{i}", why) for i in (1, 2, 3)]
+    # The claim's later requests bound by the constraint count too: 1 + 2 devices, 2 values.
+    result = explain([claim(exact("a", count=1), exact("b", count=2), constraints=constraints)], cluster)
+    assert not result.satisfiable and result.nodes[0].steps == 1
+    why = f"constraint distinctAttribute {GPU}/nic (only 2 value(s) not chosen yet are left for the 3 device(s) still needed)"
+    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/d{i}", why) for i in (1, 2, 3)]
 
 
 # ----------------------------------------------------------------------------- taints
@@ -729,8 +734,15 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
     ]
     result = explain_gated([claim(exact(count=3))], cluster)
     assert not result.satisfiable
-    reasons = dict(result.nodes[0].requests[0].rejections)
+    # Three partitions of one GPU's memory can never fit together: the search stops before
+    # trying any combination (pruned), and says why.
+    why = "counter counter-set-1/memory: 3 more device(s) from here on would consume at least 160Gi, 80Gi left"
+    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/{d}", why) for d in ("whole", "half-0", "half-1")]
+    assert result.nodes[0].steps == 1
     # Combinations in entry order: "whole" is tried first, then neither half fits beside it.
+    result = explain_gated([claim(exact(count=2), exact("other", count=1))], cluster)
+    assert not result.satisfiable
+    reasons = dict(result.nodes[0].requests[0].rejections)
     assert (
         reasons[f"{GPU}/p1/half-0"] == "counter counter-set-1/memory exhausted together with the devices already chosen"
     )
@@ -1057,16 +1069,22 @@ def test_fixture_cluster_full_gpus_and_mig_devices() -> None:
     )
 
 
-def _distinct_values_claim(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    # distinctAttribute is not pruned: 24 devices with 12 values, 13 distinct wanted, is a
-    # search over C(24, k) sets.
-    devices = [dev(f"d{i}", {"slot": f"s{i % 12}"}) for i in range(24)]
+def _hard_claim(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # A search no pruning cuts short: n devices distinct in x and in y; each x has two devices,
+    # the first n-3 with two y values of their own, the last 3 sharing y0 and y1 (pigeonhole).
+    # Every choice for the first n-3 is tried before the last three fail: 2^(n-3) sets.
+    devices = [
+        dev(f"d{x}-{y}", {"x": f"x{x}", "y": f"y{y}"})
+        for x in range(n)
+        for y in ([0, 1] if x >= n - 3 else [2 * x + 10, 2 * x + 11])
+    ]
     cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
-    return [claim(exact(count=count), constraints=[{"distinctAttribute": f"{GPU}/slot"}])], cluster
+    constraints = [{"distinctAttribute": f"{GPU}/x"}, {"distinctAttribute": f"{GPU}/y"}]
+    return [claim(exact(count=n), constraints=constraints)], cluster
 
 
 def test_search_is_bounded_by_steps() -> None:
-    claims, cluster = _distinct_values_claim(13)
+    claims, cluster = _hard_claim(16)
     result = explain(claims, cluster, max_steps=1000)
     assert not result.satisfiable
     assert result.errors == []
@@ -1074,7 +1092,7 @@ def test_search_is_bounded_by_steps() -> None:
 
 
 def test_search_has_a_deadline_like_the_filter_timeout() -> None:
-    claims, cluster = _distinct_values_claim(13)
+    claims, cluster = _hard_claim(22)
     result = explain(claims, cluster, deadline_ms=20)
     assert not result.satisfiable
     assert result.errors == []

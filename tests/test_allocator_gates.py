@@ -8,6 +8,7 @@ from gpucluster.dra import gates
 from gpucluster.dra.allocator import AllocatorInputError, explain
 from tests.test_allocator import (
     GPU,
+    _hard_claim,
     claim,
     consumes,
     counter_set,
@@ -141,10 +142,8 @@ def test_consumable_capacity_declares_allow_multiple_allocations() -> None:
 
 
 def test_filter_timeout_off_means_no_deadline() -> None:
-    devices = [dev(f"d{i}", {"slot": f"s{i % 12}"}) for i in range(24)]
-    cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
-    c = claim(exact(count=13), constraints=[{"distinctAttribute": f"{GPU}/slot"}])
-    result = explain([c], cluster, deadline_ms=0, max_steps=2000, feature_gates={"DRASchedulerFilterTimeout": False})
+    claims, cluster = _hard_claim(16)
+    result = explain(claims, cluster, deadline_ms=0, max_steps=2000, feature_gates={"DRASchedulerFilterTimeout": False})
     assert result.gave_up == "timed out trying to allocate devices (search stopped after 2000 steps)"
 
 

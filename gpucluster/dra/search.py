@@ -25,8 +25,12 @@ Besides the answer, every considered device gets the first reason it cannot be u
 
 The search is pruned where upstream's would only fail more slowly: a request stops as soon as the
 devices left in entry order (statically usable, and for a ``matchAttribute`` already fixed, with
-that value) cannot fill the remaining count, and a device that would fix a ``matchAttribute``
-value too few remaining devices share is passed over. Pruning never hides a CEL runtime error
+that value) cannot fill the remaining count, a device that would fix a ``matchAttribute``
+value too few remaining devices share is passed over, a ``distinctAttribute`` group stops when
+the values not chosen yet (of the request's remaining devices and of the claim's later requests
+it binds) are fewer than the devices still needed, and devices consuming shared counters stop
+when the fewest of them that must still be chosen cannot fit what is left of a counter, or of
+all counters of their scope together. Pruning never hides a CEL runtime error
 upstream would meet: where the skipped part of the search holds a device whose selector fails,
 the search fails with that error as upstream does. Every node's search also has a deadline (the
 scheduler's filter timeout): past it the node's answer says "gave up after N ms on node X".
@@ -35,6 +39,7 @@ scheduler's filter timeout): past it the node's answer says "gave up after N ms 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +50,7 @@ from typing import Any
 from gpucluster.dra.claims import ClaimSpec, ConstraintSpec, DeviceClassInfo, RequestSpec, Selector
 from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInfo, Semantics
 from gpucluster.dra.pools import Device, Pool, Slice
+from gpucluster.dra.quantity import Quantity
 
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 _COUNTERS_GATED = "consumes counters, but DRAPartitionableDevices is off"
@@ -131,11 +137,12 @@ class NodeOutcome:
 
 def _attribute_value(raw: Any) -> tuple[str, Any] | None:
     """A comparable attribute value; None for an unknown value type."""
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):  # the ABC check is slow: dicts first
         return None
     for kind in ("string", "int", "bool", "version"):
-        if raw.get(kind) is not None:
-            return (kind, raw[kind])
+        value = raw.get(kind)
+        if value is not None:
+            return (kind, value)
     return None
 
 
@@ -252,6 +259,24 @@ class _Entry:
 
 
 @dataclass(slots=True, eq=False)
+class _DistinctIndex:
+    """What a distinctAttribute constraint leaves a request, for pruning.
+
+    ``counts[i]``: the values still possible for the rest of the claim when this request goes on
+    at entry ``i``: those of its usable entries at index >= i, and those usable by the later
+    requests of the claim the constraint also binds (only when the search cannot meet a CEL
+    error or the results limit there, so skipping them changes nothing). ``later_need``: how
+    many devices those later requests take at least. ``last``: the last usable index of each
+    value for this request; ``later``: the later requests' values.
+    """
+
+    counts: list[int]
+    last: dict[tuple[str, Any], int]
+    later: frozenset[tuple[str, Any]]
+    later_need: int
+
+
+@dataclass(slots=True, eq=False)
 class _Req:
     claim_index: int
     request_index: int
@@ -271,6 +296,10 @@ class _Req:
     by_value: dict[int, dict[tuple[str, Any], list[int]]] = field(default_factory=dict)
     value_at: dict[int, list[tuple[str, Any] | None]] = field(default_factory=dict)  # same keys, per entry
     cel_failures: list[int] = field(default_factory=list)
+    # Per distinctAttribute constraint (index into ``constraints``), see _index_distinct.
+    distinct: dict[int, _DistinctIndex] = field(default_factory=dict)
+    # Usable entries that consume shared counters: index -> (counter scope, amount per counter).
+    consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]] = field(default_factory=dict)
 
 
 class NodeSearch:
@@ -653,12 +682,39 @@ class NodeSearch:
                     fixed.append(positions.get(c.value, []) if c.value is not None else [])
                 else:
                     unfixed.append(k)
+        # distinctAttribute: the values left must cover what the claim still needs, less the
+        # values taken (each taken value: its last index here, or -> always counted if later).
+        distinct: list[tuple[int, list[int], list[int], int]] = []
+        if req.distinct:
+            for k, index_k in req.distinct.items():
+                c = req.constraints[k]
+                assert isinstance(c, _DistinctAttribute)
+                last, later = index_k.last, index_k.later
+                taken = [len(entries) if v in later else last.get(v, -1) for v, n in c.values.items() if n]
+                distinct.append((k, index_k.counts, taken, need + index_k.later_need))
+        if req.consumption and need > 1 and start < len(entries):
+            why = self._counters_short(req, start, need)
+            if why:
+                self._pruned(ci, req, start)
+                if self.record:
+                    for i in req.consumption:
+                        if i >= start:
+                            self._note(req, entries[i], why)
+                return False
         for index in range(start, len(entries)):
             short = usable[index] < need
             if fixed and not short:
                 for p in fixed:
                     if len(p) - bisect_left(p, index) < need:
                         short = True
+                        break
+            if distinct and not short:
+                for k, counts, taken, total in distinct:
+                    left = counts[index] - sum(1 for t in taken if t >= index)
+                    if left < total:
+                        short = True
+                        if self.record:
+                            self._note_distinct(req, k, index, left, total)
                         break
             if short:
                 self._pruned(ci, req, index)
@@ -739,6 +795,86 @@ class NodeSearch:
                 return f"{label} (only {have} usable device(s) from here on share {_show(value)}, need {need})"
         return ""
 
+    def _counters_short(self, req: _Req, start: int, need: int) -> str:
+        """Why no ``need`` usable entries from ``start`` on fit the shared counters left ("" if
+        they may): a lower bound on what they consume, per counter scope.
+
+        A device is checked against every counter of its scope (slice, or pool from 1.35) once
+        it consumes any, so for a scope whose consumers must supply ``m`` of the devices (the
+        others cannot supply them all), the ``m`` smallest amounts of each counter among its
+        consumers must fit what is left of that counter.
+        """
+        entries = self.entries
+        static = req.static
+        candidates = 0
+        by_scope: dict[object, list[int]] = {}
+        consumption = req.consumption
+        for i in range(start, len(entries)):
+            if static[i] is not None:
+                continue
+            candidates += 1
+            found = consumption.get(i)
+            if found is not None:
+                by_scope.setdefault(found[0], []).append(i)
+        for scope, members in by_scope.items():
+            m = need - (candidates - len(members))
+            if m <= 0:
+                continue
+            have = self._available(entries[members[0]])
+            used = self.consumed.get(scope, {})
+            lefts = {key: available - used.get(key, Fraction(0)) for key, available in have.items()}
+            if any(left < 0 for left in lefts.values()):
+                return f"counters of {_scope_label(lefts)} exhausted"
+            per_key: dict[tuple[str, str], list[Fraction]] = {}
+            shares: list[float] = []
+            for i in members:
+                share = 0.0
+                for key, amount in consumption[i][1].items():
+                    left = lefts.get(key)
+                    if left is None:
+                        continue  # a counter the scope does not declare is never checked
+                    per_key.setdefault(key, []).append(amount)
+                    if amount:
+                        share = (share + float(amount / left)) if left else math.inf
+                shares.append(share)
+            for key, amounts in per_key.items():
+                k = m - (len(members) - len(amounts))  # the others take none of this counter
+                if k <= 0:
+                    continue
+                amounts.sort()
+                lower = sum(amounts[:k], Fraction(0))
+                if lower > lefts[key]:
+                    return (
+                        f"counter {key[0]}/{key[1]}: {m} more device(s) from here on would consume at least "
+                        f"{_amount(lower)}, {_amount(lefts[key])} left"
+                    )
+            # All counters together: a device's share is the sum over counters of what it takes of
+            # what is left (infinite for any of an exhausted one); chosen devices take at most all
+            # of each counter, so their shares sum to at most the number of counters. Floats,
+            # with a margin far above their rounding error: a near tie is never pruned.
+            shares.sort()
+            if sum(shares[:m]) > len(lefts) * (1 + 1e-9) + 1e-9:
+                return f"counters of {_scope_label(lefts)}: {m} more device(s) from here on do not fit in what is left"
+        return ""
+
+    def _note_distinct(self, req: _Req, k: int, index: int, left: int, need: int) -> None:
+        """Explain the devices a distinctAttribute count rules out (the search does not try them)."""
+        c = req.constraints[k]
+        assert isinstance(c, _DistinctAttribute)
+        for i in range(index, len(self.entries)):
+            entry = self.entries[i]
+            if req.static[i] is not None or entry.device is None:
+                continue
+            value = value_of(entry.device, c.spec.attribute)
+            if c.values.get(value):
+                self._note(req, entry, f"{c.label} ({_show(value)} already chosen)")
+            else:
+                self._note(
+                    req,
+                    entry,
+                    f"{c.label} (only {left} value(s) not chosen yet are left for the {need} device(s) still needed)",
+                )
+
     def _note_mismatches(self, req: _Req, index: int) -> None:
         """Explain the devices a fixed matchAttribute value rules out (the search does not try them)."""
         for c in req.constraints:
@@ -765,6 +901,18 @@ class NodeSearch:
         req.usable = usable
         entries = self.entries
         req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
+        if self.sem.partitionable_devices:
+            for i, r in enumerate(statics):
+                d = entries[i].device
+                if r is None and d is not None and d.consumes:
+                    want: dict[tuple[str, str], Fraction] = {}
+                    for set_name, counters in d.consumes:
+                        for name, v in counters:
+                            want[(set_name, name)] = want.get((set_name, name), Fraction(0)) + v
+                    if any(v < 0 for v in want.values()):
+                        req.consumption = {}  # the bounds assume amounts >= 0: no pruning
+                        break
+                    req.consumption[i] = (self._scope(entries[i]), want)
         for k, c in enumerate(req.constraints):
             if not isinstance(c, _MatchAttribute):
                 continue
@@ -819,6 +967,58 @@ class NodeSearch:
                     f"claim {claim.ref}: number of requested devices {minimum} exceeds the claim limit "
                     f"of {ALLOCATION_RESULTS_MAX_SIZE}"
                 )
+        for ci in range(len(self.ctx.claims)):
+            self._index_distinct(ci)
+
+    def _index_distinct(self, ci: int) -> None:
+        """The :class:`_DistinctIndex` of every ExactCount request of claim ``ci``."""
+        groups = self.groups[ci]
+        if not any(isinstance(c, _DistinctAttribute) for c in self.constraints[ci]):
+            return
+        entries = self.entries
+
+        def values(req: _Req, attribute: str) -> dict[tuple[str, Any], int]:
+            last: dict[tuple[str, Any], int] = {}
+            for i, r in enumerate(req.static):
+                d = entries[i].device
+                if r is None and d is not None:
+                    value = value_of(d, attribute)
+                    if value is not None and value is not _MISSING:
+                        last[value] = i
+            return last
+
+        # The later requests count only where the search below this request, skipped when the
+        # bound fails, could not have ended otherwise than "no": never at the results limit,
+        # never at a CEL error or an invalid pool, never at an All request (whose constraint
+        # violation is an error).
+        within_limit = sum(max(r.num_devices for r in alts) for alts in groups) <= ALLOCATION_RESULTS_MAX_SIZE
+        for ri, alternatives in enumerate(groups):
+            rest = [r for alts in groups[ri + 1 :] for r in alts]
+            plain_rest = within_limit and all(r.spec.mode != "All" and not r.cel_failures for r in rest)
+            for req in alternatives:
+                if req.spec.mode == "All":
+                    continue
+                for k, c in enumerate(req.constraints):
+                    if not isinstance(c, _DistinctAttribute):
+                        continue
+                    last = values(req, c.spec.attribute)
+                    later: set[tuple[str, Any]] = set()
+                    later_need = 0
+                    if plain_rest:
+                        for alts in groups[ri + 1 :]:
+                            if all(c in r.constraints for r in alts):
+                                later_need += min(r.num_devices for r in alts)
+                                for r in alts:
+                                    later.update(values(r, c.spec.attribute))
+                    ends = [0] * (len(entries) + 1)
+                    for value, i in last.items():
+                        if value not in later:
+                            ends[i] += 1
+                    counts = [0] * (len(entries) + 1)
+                    counts[len(entries)] = len(later)
+                    for i in range(len(entries) - 1, -1, -1):
+                        counts[i] = counts[i + 1] + ends[i]
+                    req.distinct[k] = _DistinctIndex(counts, last, frozenset(later), later_need)
 
     def _prepare_all(self, claim: ClaimSpec, req: _Req) -> None:
         for pool in self.pools:
@@ -948,6 +1148,16 @@ class NodeSearch:
                 )
             )
         return reports
+
+
+def _scope_label(counters: Mapping[tuple[str, str], Any]) -> str:
+    """The counter sets of one scope, for messages: ``gpu-0, gpu-1``."""
+    return ", ".join(dict.fromkeys(set_name for set_name, _ in counters))
+
+
+def _amount(x: Fraction) -> str:
+    """A counter amount as Kubernetes prints a quantity (160Gi)."""
+    return str(Quantity.from_int(x.numerator, "BinarySI")) if x.denominator == 1 else f"{float(x):g}"
 
 
 def _request_uid(ci: int, ri: int, si: int) -> int:
