@@ -147,9 +147,12 @@ def _dump_rows(nodes: int, *, runs: int) -> list[dict[str, Any]]:
                 "json",
             ]
             floor_argv = [*match_argv[:4], *("-e", "true") * len(selectors), *match_argv[4 + 2 * len(selectors) :]]
-            # The fastest of at least two: the selectors' share is small next to loading a dump.
-            match_floor = _fastest(floor_argv, max(runs, 2))
-            match = _fastest(match_argv, max(runs, 2))
+            # The selectors' share (about 1 us per device x selector) is small next to loading the
+            # dump, so the two commands alternate, and each takes its fastest of three.
+            match_floor = match = float("inf")
+            for _ in range(RUNS):
+                match_floor = min(match_floor, _fastest(floor_argv, 1))
+                match = min(match, _fastest(match_argv, 1))
             per = (match - match_floor) * 1000 / (nodes * GPUS * len(selectors))
             rows += [
                 {
