@@ -375,9 +375,12 @@ class NodeSearch:
 
     def _selectors(self, req: _Req, s: Slice, d: Device) -> StaticResult:
         """Binding conditions, class selectors, request selectors (``isSelectable``), cached."""
+        # A slice of one node is seen by that node's search only, which asks once per request:
+        # only devices other nodes can see too are worth caching.
+        shared = not s.node_name or s.per_device
         key = (req.uid, d)
         cache = self.ctx.selector_cache
-        if key in cache:
+        if shared and key in cache:
             return cache[key]
         result: StaticResult = None
         if d.has_binding_conditions and not self.sem.binding_conditions:
@@ -387,29 +390,33 @@ class NodeSearch:
             if views is None:
                 views = s.views = list(self.ctx.views(s.raw))
             view = views[d.index]
-            result = self._run(req.cls.selectors, view, req, cls=True)
-            if result is None and req.spec.selectors:
-                result = self._run(req.spec.selectors, view, req, cls=False)
-        cache[key] = result
+            runtime_error = self.ctx.runtime_error
+            for cls, selectors in ((True, req.cls.selectors), (False, req.spec.selectors)):
+                for sel in selectors:
+                    try:
+                        ok = sel.program.evaluate(view)
+                    except runtime_error as exc:
+                        result = self._cel_failure(req, sel, exc, cls=cls)
+                        break
+                    if ok is not True:
+                        result = f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
+                        break
+                if result is not None:
+                    break
+        if shared:
+            cache[key] = result
         return result
 
-    def _run(self, selectors: Sequence[Selector], view: Any, req: _Req, *, cls: bool) -> StaticResult:
-        for sel in selectors:
-            try:
-                ok = sel.program.evaluate(view)
-            except self.ctx.runtime_error as exc:
-                if cls:
-                    return CelFailure(
-                        f"class selector #{sel.index} CEL error: {exc}",
-                        f"class {req.cls.name}: selector #{sel.index}: CEL runtime error: {exc}",
-                    )
-                return CelFailure(
-                    f"selector #{sel.index} CEL error: {exc}",
-                    f"claim {self.ctx.claims[req.claim_index].ref}: selector #{sel.index}: CEL runtime error: {exc}",
-                )
-            if ok is not True:
-                return f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
-        return None
+    def _cel_failure(self, req: _Req, sel: Selector, exc: Exception, *, cls: bool) -> CelFailure:
+        if cls:
+            return CelFailure(
+                f"class selector #{sel.index} CEL error: {exc}",
+                f"class {req.cls.name}: selector #{sel.index}: CEL runtime error: {exc}",
+            )
+        return CelFailure(
+            f"selector #{sel.index} CEL error: {exc}",
+            f"claim {self.ctx.claims[req.claim_index].ref}: selector #{sel.index}: CEL runtime error: {exc}",
+        )
 
     def _taint_reason(self, req: _Req, d: Device) -> str:
         if not self.sem.device_taints:
