@@ -294,6 +294,13 @@ def plan(observed: Observed) -> Plan:
         out.requeue = 5.0
         return out
 
+    if observed.unlabelled_nodes:
+        # Not ready until the nodes are labelled; the workloads' coverage is checked after (it costs a
+        # pass over the nodes per DaemonSet, and the labels change what each must cover).
+        message = f"waiting for {observed.unlabelled_nodes} GPU nodes to be labelled for the operands"
+        out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
+        out.requeue = 5.0
+        return out
     statuses = []
     for kind, namespace, name in workloads:
         live = observed.cached.get((kind, namespace, name))
@@ -301,14 +308,11 @@ def plan(observed: Observed) -> Plan:
             statuses.append(workload_status(live, observed.nodes))
         else:
             statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
-    ready = all(s.ready for s in statuses) and not observed.unlabelled_nodes
-    if ready:
+    if all(s.ready for s in statuses):
         out.statuses.append(Status(cluster, "ready", "Reconciled", "all operands are ready", stock))
         out.requeue = 60.0
         return out
-    message = not_ready_message(statuses) or (
-        f"waiting for {observed.unlabelled_nodes} GPU nodes to be labelled for the operands"
-    )
+    message = not_ready_message(statuses)
     out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
     out.requeue = 5.0
     return out

@@ -23,6 +23,7 @@ from controller.events import COMPONENT, KubeSink
 from controller.operands import MANAGED_BY
 from controller.plan import (
     FINALIZER,
+    HASH_ANNOTATION,
     AddFinalizer,
     Apply,
     Delete,
@@ -107,12 +108,15 @@ def _without_inventory(status: Any) -> Any:
     return {k: v for k, v in status.items() if k != "inventory"}
 
 
-def _identity(write: Write) -> tuple[str, Key]:
-    if isinstance(write, Apply | Delete):
-        return type(write).__name__, key_of(write.obj)
+def _identity(write: Write) -> tuple[str, Key, str]:
+    """What makes two planned writes the same write (an apply: of the same content)."""
+    if isinstance(write, Apply):
+        return "Apply", key_of(write.obj), str((metadata(write.obj).get("annotations") or {}).get(HASH_ANNOTATION))
+    if isinstance(write, Delete):
+        return "Delete", key_of(write.obj), write.propagation
     if isinstance(write, LabelNamespace):
-        return type(write).__name__, ("Namespace", "", write.name)
-    return type(write).__name__, key_of(write.cluster)
+        return "LabelNamespace", ("Namespace", "", write.name), ""
+    return type(write).__name__, key_of(write.cluster), ""
 
 
 @dataclass
@@ -384,7 +388,7 @@ class Reconciler:
         live = cluster is not None and not metadata(cluster).get("deletionTimestamp")
         prerequisites = await self.prerequisites() if live else Prerequisites()
         decided: Plan | None = None
-        done: set[tuple[str, Key]] = set()  # a write is made at most once per reconcile
+        done: set[tuple[str, Key, str]] = set()  # a write is made at most once per reconcile
         for _ in range(MAX_ROUNDS):
             decided = plan(self.observe(prerequisites, looked_up))
             if decided.lookups:

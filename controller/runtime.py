@@ -258,8 +258,11 @@ class Controller:
             for node in self.state.list("Node"):  # operands rendered: label the GPU nodes
                 self._node(str(metadata(node).get("name")))
         self._was_active = self.reconciler.active
-        # Hold the key a moment: events meanwhile coalesce into one more reconcile, not many.
-        await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
+        # Hold the key a moment: events meanwhile coalesce into one more reconcile, not many; a
+        # reconcile that took long is followed by as long a pause, so that on a large cluster it
+        # never takes more than half of the event loop from the node and pod workers.
+        elapsed = time.monotonic() - started
+        await asyncio.sleep(min(max(self.min_interval - elapsed, elapsed), 2.0))
         return requeue
 
     async def _sync_node(self, name: str) -> None:
