@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpucluster.dra.quantity import Quantity, QuantityError
+from gpucluster.nodeselector import parse_int64, requirement_matches
 
 # resourceapi.AllocationResultsMaxSize (k8s.io/api/resource/v1).
 ALLOCATION_RESULTS_MAX_SIZE = 32
@@ -132,25 +133,7 @@ class _Requirement:
     values: tuple[str, ...]
 
     def matches_label(self, labels: Mapping[str, str]) -> bool:
-        op = self.operator
-        if op == "In":
-            return self.key in labels and labels[self.key] in self.values
-        if op == "NotIn":
-            return self.key not in labels or labels[self.key] not in self.values
-        if op == "Exists":
-            return self.key in labels
-        if op == "DoesNotExist":
-            return self.key not in labels
-        # Gt / Lt: the label must exist and parse as an integer.
-        raw = labels.get(self.key)
-        if raw is None:
-            return False
-        try:
-            have = int(raw)
-        except ValueError:
-            return False
-        want = int(self.values[0])
-        return have > want if op == "Gt" else have < want
+        return requirement_matches(self.key, self.operator, self.values, labels)
 
     def matches_field(self, node: NodeInfo) -> bool:
         # Only metadata.name is supported, with In / NotIn and exactly one value.
@@ -206,10 +189,8 @@ def _parse_requirement(raw: Any, where: str, field: bool) -> _Requirement:
         if operator in ("Gt", "Lt"):
             if len(values) != 1:
                 raise AllocatorInputError(f"{where}.values: must have exactly one value for {operator}")
-            try:
-                int(values[0])
-            except ValueError:
-                raise AllocatorInputError(f"{where}.values[0]: must be an integer for {operator}") from None
+            if parse_int64(values[0]) is None:
+                raise AllocatorInputError(f"{where}.values[0]: must be an integer for {operator}")
     assert isinstance(operator, str)
     return _Requirement(key, operator, tuple(values))
 
