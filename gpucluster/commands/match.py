@@ -70,12 +70,6 @@ def _each_row(slices: list[dict[str, Any]], programs: list[Any]) -> Iterator[dic
                        "outcome": outcome, "message": message}  # fmt: skip
 
 
-def _rows(
-    slices: list[dict[str, Any]], expressions: list[str], *, consumable_capacity: bool = False
-) -> list[dict[str, Any]]:
-    return list(_each_row(slices, _programs(expressions, consumable_capacity=consumable_capacity)))
-
-
 _ROW_KEYS = ("driver", "pool", "device", "expression", "outcome", "message")
 _ROW_TEMPLATE = (
     '{\n    "driver": %s,\n    "pool": %s,\n    "device": %s,\n    "expression": %d,\n'

@@ -277,10 +277,6 @@ class WorkQueue(Generic[K]):
         self._timers.clear()
         self._notify(every=True)
 
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutting_down
-
     def _depth_changed(self) -> None:
         if self.metrics is not None:
             self.metrics.depth.labels(self.name).set(len(self._queue))

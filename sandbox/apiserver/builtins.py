@@ -6,7 +6,6 @@ selector/template agreement, ResourceClaim spec immutability and the adminAccess
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import json
 import re
@@ -735,7 +734,3 @@ def strip_for_generation(obj: Obj, has_status: bool) -> Obj:
     """The part of an object whose change bumps metadata.generation."""
     skip = {"metadata", "status"} if has_status else {"metadata"}
     return {k: v for k, v in obj.items() if k not in skip}
-
-
-def deep_copy(obj: Obj) -> Obj:
-    return copy.deepcopy(obj)

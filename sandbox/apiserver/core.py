@@ -223,9 +223,6 @@ class ApiCore:
         definition = schemas.definition_for(rt.group, rt.version, rt.kind)
         return ssa.DefinitionTypes(definition) if definition else ssa.BuiltinTypes()
 
-    def _storage_rt(self, rt: ResourceType) -> ResourceType:
-        return self.registry.get(rt.group, rt.storage_version, rt.plural) or rt
-
     # ------------------------------------------------------------ reads
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -922,10 +919,6 @@ class ApiCore:
         self.registry.remove_group_resource(group, plural)
         for rt in crds.resource_types(crd):
             self.registry.add(rt)
-
-    def install_crd(self, crd: Obj) -> None:
-        """Serve a CRD stored by other means (used when restoring state)."""
-        self._serve_crd(crd, None)
 
 
 def _kind_group(rt: ResourceType) -> str:

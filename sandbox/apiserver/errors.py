@@ -115,14 +115,6 @@ def method_not_allowed(message: str = "the server does not allow this method on 
     return ApiError(405, "MethodNotAllowed", message, details={})
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    return ApiError(
-        415,
-        "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/apply-patch+yaml (got "{content_type}")',
-    )
-
-
 def not_acceptable(accept: str) -> ApiError:
     return ApiError(
         406,

@@ -278,12 +278,6 @@ class Registry:
         group, _, version = api_version.rpartition("/")
         return self._by_gvk.get((group, version, kind))
 
-    def by_group_kind(self, group: str, kind: str) -> ResourceType | None:
-        for rt in self._by_gvr.values():
-            if rt.group == group and rt.kind == kind:
-                return rt
-        return None
-
     def __iter__(self) -> Iterator[ResourceType]:
         return iter(list(self._by_gvr.values()))
 

@@ -445,10 +445,6 @@ class WebhookAdmission:
         self.services[(namespace, name, int(port))] = (target[0], int(target[1]))
         self._reset_session()
 
-    def unregister_service(self, namespace: str, name: str, port: int = 443) -> None:
-        self.services.pop((namespace, name, int(port)), None)
-        self._reset_session()
-
     def _reset_session(self) -> None:
         # Pooled connections are keyed by the URL's host, not the resolved address: start afresh.
         old, self._session = self._session, None
