@@ -177,8 +177,7 @@ def test_committed_fixture_is_generated(rel: str) -> None:
     path = FIXTURES_DIR / rel
     assert path.is_file(), f"missing {rel}: run `.venv/bin/python -m tests.fixtures.regenerate`"
     assert path.read_text(encoding="utf-8") == regenerate.rendered()[rel], (
-        f"tests/fixtures/{rel} drifted from sandbox.sim.gpunodes: "
-        "run `.venv/bin/python -m tests.fixtures.regenerate`"
+        f"tests/fixtures/{rel} drifted from sandbox.sim.gpunodes: run `.venv/bin/python -m tests.fixtures.regenerate`"
     )
     assert load_fixture(rel) == regenerate.fixture_documents()[rel]
 

@@ -74,10 +74,6 @@ class RequestSpec:
         """The name Kubernetes writes into allocation results: ``req`` or ``req/sub``."""
         return f"{self.parent}/{self.name}" if self.parent else self.name
 
-    @property
-    def base_name(self) -> str:
-        return self.parent or self.name
-
 
 @dataclass(frozen=True, slots=True)
 class RequestGroup:

@@ -183,13 +183,3 @@ def build_map(entries: list[tuple[bool, Any, Any]]) -> dict[Any, Any]:
             raise CelRuntimeError(f"Failed with repeated key: {key}")
         out[key] = value
     return out
-
-
-def bool_or_error(value: Any, function: str) -> bool:
-    if value is True or value is False:
-        return value
-    no_such_overload(function)
-
-
-def range_error(value: Any) -> NoReturn:
-    not_iterable(value)

@@ -150,12 +150,6 @@ def check_int(value: int) -> int:
     int_overflow()
 
 
-def check_uint(value: int) -> Uint:
-    if 0 <= value <= UINT64_MAX:
-        return Uint(value)
-    uint_overflow()
-
-
 # -- formatting ----------------------------------------------------------------------------
 
 
@@ -349,10 +343,6 @@ def ge(a: Any, b: Any) -> bool:
 
 
 # -- maps ----------------------------------------------------------------------------------
-
-
-def valid_map_key(key: Any) -> bool:
-    return type(key) in (str, int, Uint, bool)
 
 
 def map_find(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:

@@ -342,17 +342,6 @@ class DeviceView:
             m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs, self._shapes)
         return m
 
-    def cap_domain(self, domain: str) -> dict[str, Any]:
-        """``device.capacity[domain]`` for a constant domain."""
-        cache = self._doms
-        if cache is None:
-            cache = self._doms = {}
-        key = "\x00" + domain  # capacity domains next to attribute domains in one cache
-        m = cache.get(key)
-        if m is None:
-            m = cache[key] = LazyDomain(convert_capacity, domain, self.driver, self._raw_caps, self._shapes)
-        return m
-
     def attr_names(self, domain: str) -> tuple[str, ...]:
         """The names in ``device.attributes[domain]``, in map order (nothing converted)."""
         table = self._shapes
