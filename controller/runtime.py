@@ -405,9 +405,11 @@ class Controller:
                 if lost is not None:
                     lost.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
-                for task in workers:
-                    if task.done() and not task.cancelled() and task.exception() is not None:
-                        log.error("a worker stopped: %r", task.exception())
+                failed = [t.exception() for t in workers if t.done() and not t.cancelled() and t.exception()]
+                for exc in failed:
+                    log.error("a worker stopped: %r", exc)
+                if failed and not stop.is_set():
+                    await asyncio.sleep(1.0)  # then start the workers again, without spinning
         finally:
             stopper.cancel()
 

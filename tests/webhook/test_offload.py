@@ -38,18 +38,32 @@ def cluster(nodes: int) -> list[dict[str, Any]]:
     ]
 
 
-# A search that takes seconds before it says no: 17 devices with distinct "slot" values where only
-# 16 exist, on 16 nodes of 32 devices (distinctAttribute is not pruned; each node's search runs
-# into the allocator's step limit). Nine GPUs on 8-GPU nodes used to be this slow (issue 15).
-SLOW = claim(17)
-SLOW["spec"]["devices"]["constraints"] = [{"distinctAttribute": "gpu.nvidia.com/slot"}]
+# A search that takes seconds before it says no, and that no pruning cuts short: 22 devices
+# distinct in x and in y, on 16 nodes of 44 devices where each x has two devices, the first 19
+# with two y values of their own, the last 3 sharing y0 and y1 (pigeonhole): every choice for the
+# first 19 is tried before the last three fail, 2^19 sets per node. Nine GPUs on 8-GPU nodes
+# used to be this slow (issue 15).
+HARD = 22
+SLOW = claim(HARD)
+SLOW["spec"]["devices"]["constraints"] = [
+    {"distinctAttribute": "gpu.nvidia.com/x"},
+    {"distinctAttribute": "gpu.nvidia.com/y"},
+]
+
+
+def _hard_devices() -> list[dict[str, Any]]:
+    return [
+        {"name": f"d{x}-{y}", "attributes": {"x": {"string": f"x{x}"}, "y": {"string": f"y{y}"}}}
+        for x in range(HARD)
+        for y in ([0, 1] if x >= HARD - 3 else [2 * x + 10, 2 * x + 11])
+    ]
 
 
 def slow_cluster() -> list[dict[str, Any]]:
     big = [
         {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"big-{n}"},
          "spec": {"driver": "gpu.nvidia.com", "nodeName": f"big-{n}", "pool": {"name": f"big-{n}", "generation": 1, "resourceSliceCount": 1},
-                  "devices": [{"name": f"d{i}", "attributes": {"slot": {"string": f"s{i % 16}"}}} for i in range(32)]}}
+                  "devices": _hard_devices()}}
         for n in range(16)
     ]  # fmt: skip
     return [*cluster(16), *big]
