@@ -266,6 +266,10 @@ class WorkQueue(Generic[K]):
     def queued(self, key: K) -> bool:
         return key in self._dirty
 
+    def keys(self) -> frozenset[K]:
+        """The keys waiting to be synced (queued, or added again while a worker holds them)."""
+        return frozenset(self._dirty)
+
     def waiting(self) -> int:
         """Keys waiting on a delay (a requeue or a back-off)."""
         return len(self._timers)

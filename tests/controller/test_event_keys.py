@@ -1,0 +1,77 @@
+"""Which work a watch event queues (controller/runtime.py): the key of what it touches, not a pass
+over the cluster. Plain data; no API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.runtime import Controller
+from gpucluster.api.gpucluster import SINGLETON_NAME
+
+GPU_NODE = {"kind": "Node", "metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.present": "true"}}}
+NEW_GPU_NODE = {
+    "kind": "Node",
+    "metadata": {"name": "gpu-1", "labels": {"feature.node.kubernetes.io/pci-10de.present": "true"}},
+}
+CPU_NODE = {"kind": "Node", "metadata": {"name": "cpu-0", "labels": {}}}
+POD = {"kind": "Pod", "metadata": {"name": "train", "namespace": "ml"}}
+
+
+def controller() -> Controller:
+    c = Controller(kube=None, leader_election=False)  # type: ignore[arg-type]
+    for obj in (GPU_NODE, NEW_GPU_NODE, CPU_NODE, POD):
+        c.state.upsert(str(obj["kind"]), dict(obj))
+    c.reconciler.active = True  # operands rendered: nodes are labelled
+    return c
+
+
+def queued(c: Controller) -> dict[str, set[Any]]:
+    return {name: set(q.keys()) for name, q in (("gpucluster", c.clusters), ("nodes", c.nodes), ("pods", c.pods))}
+
+
+def test_a_labelled_nodes_heartbeat_queues_nothing() -> None:
+    c = controller()
+    c._on_event("MODIFIED", GPU_NODE)
+    assert queued(c) == {"gpucluster": set(), "nodes": set(), "pods": set()}
+    assert c.labeller.pending == set()
+
+
+def test_a_node_that_needs_labels_queues_only_its_own_key_and_counts_as_pending() -> None:
+    c = controller()
+    c._on_event("ADDED", NEW_GPU_NODE)
+    assert queued(c) == {"gpucluster": set(), "nodes": {"gpu-1"}, "pods": set()}
+    assert c.reconciler.unlabelled_nodes() == 1
+
+
+def test_nodes_are_not_labelled_before_the_operands_render() -> None:
+    c = controller()
+    c.reconciler.active = False
+    c._on_event("ADDED", NEW_GPU_NODE)
+    assert queued(c)["nodes"] == set()
+
+
+def test_a_pod_event_queues_that_pod() -> None:
+    c = controller()
+    c._on_event("MODIFIED", POD)
+    assert queued(c) == {"gpucluster": set(), "nodes": set(), "pods": {"ml/train"}}
+
+
+def test_slices_and_claims_queue_the_gpucluster_and_the_pending_pods() -> None:
+    c = controller()
+    c._on_event("ADDED", {"kind": "ResourceSlice", "metadata": {"name": "s"}})
+    assert queued(c) == {"gpucluster": {SINGLETON_NAME}, "nodes": set(), "pods": {"ml/train"}}
+    claim = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ml"},
+        "status": {"allocation": {"devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "cpu-0"}]}}},
+    }
+    c._on_event("MODIFIED", claim)
+    assert queued(c)["nodes"] == set()  # cpu-0 has no deploy label to keep or drop
+
+
+def test_owned_objects_and_other_namespaces() -> None:
+    c = controller()
+    c._on_event("MODIFIED", {"kind": "Namespace", "metadata": {"name": "ml"}})
+    assert queued(c)["gpucluster"] == set()
+    c._on_event("MODIFIED", {"kind": "DaemonSet", "metadata": {"name": "x", "namespace": "gpu-operator"}})
+    assert queued(c)["gpucluster"] == {SINGLETON_NAME}
