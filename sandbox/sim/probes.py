@@ -110,7 +110,8 @@ class ProbeResult:
 
 class ProbeWorker:
     """Runs one probe of one container on its schedule; calls ``on_change(result)`` when the
-    thresholds flip the result. ``initial`` is the result before the first flip."""
+    thresholds flip the result, and ``on_failure(message)`` on every failed probe (the kubelet
+    records an ``Unhealthy`` event for each). ``initial`` is the result before the first flip."""
 
     def __init__(
         self,
@@ -122,8 +123,10 @@ class ProbeWorker:
         on_change: Callable[[ProbeResult], None],
         *,
         initial: bool,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.kind = kind
+        self.on_failure = on_failure
         self.probe = probe
         self.container = container
         self.pod_ip = pod_ip
@@ -156,6 +159,8 @@ class ProbeWorker:
                     self.on_change(ProbeResult(True, ""))
             else:
                 successes, failures = 0, failures + 1
+                if self.on_failure is not None:
+                    self.on_failure(message)
                 if self.result and failures >= failure_threshold:
                     self.result = False
                     self.on_change(ProbeResult(False, message))

@@ -576,27 +576,32 @@ class PodRuntime:
         def run_exec(command: list[str], timeout: float) -> Any:
             return self._exec(c, command, timeout)
 
+        def failed(kind: str) -> Callable[[str], None]:
+            return lambda message: self._event("Warning", "Unhealthy", f"{kind} probe failed: {message}")
+
         def after_startup() -> None:
             if readiness is not None:
-                w = ProbeWorker("readiness", readiness, spec, self.ip, run_exec, on_ready, initial=False)
+                w = ProbeWorker(
+                    "readiness", readiness, spec, self.ip, run_exec, on_ready, initial=False,
+                    on_failure=failed("Readiness"),
+                )  # fmt: skip
                 workers.append(w)
                 w.start()
             else:
                 c.ready = True
             if liveness is not None:
-                w = ProbeWorker("liveness", liveness, spec, self.ip, run_exec, on_live, initial=True)
+                w = ProbeWorker(
+                    "liveness", liveness, spec, self.ip, run_exec, on_live, initial=True, on_failure=failed("Liveness")
+                )
                 workers.append(w)
                 w.start()
 
         def on_ready(result: ProbeResult) -> None:
             c.ready = result.success
-            if not result.success:
-                self._event("Warning", "Unhealthy", f"Readiness probe failed: {result.message}")
             self._notify()
 
         def on_live(result: ProbeResult) -> None:
             if not result.success:
-                self._event("Warning", "Unhealthy", f"Liveness probe failed: {result.message}")
                 self._kill_for(c, f"Container {c.name} failed liveness probe, will be restarted", liveness or {})
 
         def on_startup(result: ProbeResult) -> None:
@@ -605,11 +610,12 @@ class PodRuntime:
                 after_startup()
                 self._notify()
             else:
-                self._event("Warning", "Unhealthy", f"Startup probe failed: {result.message}")
                 self._kill_for(c, f"Container {c.name} failed startup probe, will be restarted", startup or {})
 
         if startup is not None:
-            w = ProbeWorker("startup", startup, spec, self.ip, run_exec, on_startup, initial=False)
+            w = ProbeWorker(
+                "startup", startup, spec, self.ip, run_exec, on_startup, initial=False, on_failure=failed("Startup")
+            )
             workers.append(w)
             w.start()
         else:

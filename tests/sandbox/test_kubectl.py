@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,7 @@ def test_create_get_apply_delete(threaded: SandboxThread) -> None:
 
 
 def test_get_watch_prints_events(threaded: SandboxThread) -> None:
+    kubectl(threaded, "create", "configmap", "w0", "-n", "kube-public", "--from-literal=a=b")
     cmd = [
         KUBECTL,
         "--kubeconfig",
@@ -98,19 +100,29 @@ def test_get_watch_prints_events(threaded: SandboxThread) -> None:
         "-w",
         "--request-timeout=8s",
     ]
+    lines: queue.Queue[list[str]] = queue.Queue()
+
+    def next_line() -> list[str]:
+        return lines.get(timeout=10)  # a deadline, not a sleep: each line is awaited
+
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        reader = threading.Thread(
+            target=lambda: [lines.put(line.split()) for line in stdout if line.strip()], daemon=True
+        )
+        reader.start()
         try:
-            time.sleep(1.0)
+            assert next_line() == ["NAME", "DATA", "AGE"]
+            assert next_line()[0] == "w0"  # the initial list: the watch is open from here
             kubectl(threaded, "create", "configmap", "w1", "-n", "kube-public", "--from-literal=a=b")
             kubectl(threaded, "label", "configmap", "w1", "-n", "kube-public", "x=y")
             kubectl(threaded, "delete", "configmap", "w1", "-n", "kube-public")
-            time.sleep(1.0)
+            assert [next_line()[0] for _ in range(3)] == ["w1", "w1", "w1"]
         finally:
             proc.terminate()
-            out, _ = proc.communicate(timeout=10)
-    lines = [line.split() for line in out.splitlines() if line.strip()]
-    assert lines[0] == ["NAME", "DATA", "AGE"]
-    assert [line[0] for line in lines[1:]] == ["w1", "w1", "w1"]
+            proc.communicate(timeout=10)
+            kubectl(threaded, "delete", "configmap", "w0", "-n", "kube-public")
 
 
 def test_describe_pod_shows_events(threaded: SandboxThread) -> None:

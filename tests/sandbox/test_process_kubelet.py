@@ -231,7 +231,16 @@ async def test_readiness_probe_drives_ready(sandbox: Sandbox, tmp_path: Path) ->
     )
     await create(s, "pods", pod("web", main))
     await eventually("running", lambda: container(s, "web").get("state", {}).get("running"))
-    await asyncio.sleep(1.5)
+
+    def readiness_failed() -> bool:
+        return any(
+            e["reason"] == "Unhealthy" and e["message"].startswith("Readiness probe failed")
+            for e in s.store.iter(("", "events"), NS)
+            if e["involvedObject"]["name"] == "web"
+        )
+
+    # The probe has run and failed (a kubelet event says so): the pod stays not ready.
+    await eventually("a failed readiness probe", readiness_failed)
     assert condition(s, "web", "Ready") == "False" and container(s, "web")["ready"] is False
     flag.write_text("1")
     await eventually("ready", lambda: condition(s, "web", "Ready") == "True")

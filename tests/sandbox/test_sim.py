@@ -269,12 +269,18 @@ async def test_failed_scheduling_events_explain(cluster: Sandbox) -> None:
     assert cluster.sim is not None
     import asyncio
 
-    await asyncio.sleep(1.2)
-    await settle(cluster)
-    counts = [
-        e["count"] for e in cluster.core.store.iter(("", "events"), "default") if e["involvedObject"]["name"] == "huge"
-    ]
-    assert sum(counts) >= 2
+    def counted() -> int:
+        return sum(
+            e["count"]
+            for e in cluster.core.store.iter(("", "events"), "default")
+            if e["involvedObject"]["name"] == "huge"
+        )
+
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while counted() < 2:  # the scheduler retries after its back-off: wait for it, with a deadline
+        assert asyncio.get_running_loop().time() < deadline, "the pod was not retried"
+        await asyncio.sleep(0.05)
+        await settle(cluster)
 
 
 def test_fit_error_shapes() -> None:
