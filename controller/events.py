@@ -27,19 +27,20 @@ class KubeSink:
     async def create(self, event: dict[str, Any]) -> bool:
         try:
             await self.write("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events", body=event)
-        except (KubeError, OSError, TimeoutError) as exc:
+        except Exception as exc:
             log.warning("event not recorded reason=%s error=%s", event.get("reason"), exc)
             return False
         return True
 
-    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool:
+    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool | None:
         try:
             await self.write(
                 "PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", body=changes,
                 content_type="application/merge-patch+json",
             )  # fmt: skip
-        except (KubeError, OSError, TimeoutError) as exc:
-            if not isinstance(exc, KubeError) or exc.status != 404:
-                log.warning("event not updated name=%s error=%s", name, exc)
-            return False
+        except Exception as exc:
+            if isinstance(exc, KubeError) and exc.status == 404:
+                return False
+            log.warning("event not updated name=%s error=%s", name, exc)
+            return None
         return True

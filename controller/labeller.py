@@ -17,6 +17,7 @@ from typing import Any
 
 from controller.nodes import GPU_DRIVER, label_patch, nodes_with_claims
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.kube.client import KubeError
 from gpucluster.kube.reflector import strip_managed_fields
 
 log = logging.getLogger("gpucluster.controller.nodes")
@@ -42,6 +43,8 @@ class NodeLabeller:
     active: Callable[[], bool] = lambda: False
     pending: set[str] = field(default_factory=set)
     on_settled: Callable[[], None] = lambda: None  # the last pending node was labelled
+    # Nodes whose last label write failed, and why (the GPUCluster's status names them).
+    errors: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # name -> (HTTP status, error)
 
     def needs(self, node: Mapping[str, Any]) -> dict[str, str | None]:
         name = str(metadata(node).get("name"))
@@ -63,16 +66,26 @@ class NodeLabeller:
             return
         patch = self.needs(node)
         if patch:
-            result = await self.write(
-                "PATCH", f"/api/v1/nodes/{name}", body={"metadata": {"labels": patch}},
-                content_type="application/merge-patch+json",
-            )  # fmt: skip
+            try:
+                result = await self.write(
+                    "PATCH", f"/api/v1/nodes/{name}", body={"metadata": {"labels": patch}},
+                    content_type="application/merge-patch+json",
+                )  # fmt: skip
+            except Exception as exc:
+                self.errors[name] = (exc.status if isinstance(exc, KubeError) else None, str(exc) or repr(exc))
+                raise
             result.setdefault("kind", "Node")
             self.state.upsert("Node", strip_managed_fields(result))
             log.debug("labelled node=%s labels=%s", name, patch)
         self._settle(name)
 
+    def forget_except(self, names: set[str]) -> None:
+        """Nodes a relist no longer shows are not waited for."""
+        for name in [n for n in self.pending if n not in names]:
+            self._settle(name)
+
     def _settle(self, name: str) -> None:
+        self.errors.pop(name, None)
         if name in self.pending:
             self.pending.discard(name)
             if not self.pending:

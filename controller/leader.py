@@ -145,9 +145,19 @@ class LeaderElector:
     async def run(self, stop: asyncio.Event) -> None:
         """Contend for the lease until ``stop``; ``is_leader`` is set while this process holds it."""
         while not stop.is_set():
+            # One attempt is bounded as client-go bounds a renew by RenewDeadline: a request that
+            # hangs must not keep this replica leading past the Lease's expiry.
+            budget = self.renew_deadline
+            if self.is_leader.is_set() and self._last_renew is not None:
+                budget = max(0.1, self.renew_deadline - (self.monotonic() - self._last_renew))
             try:
-                ok = await self.try_acquire_or_renew()
-            except (KubeError, OSError, TimeoutError) as exc:
+                ok = await asyncio.wait_for(self.try_acquire_or_renew(), budget)
+            except TimeoutError:
+                log.warning("lease attempt timed out after %.1fs", budget)
+                ok = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any client failure (aiohttp's disconnects are not OSError)
                 log.warning("lease error error=%s", exc)
                 ok = False
             now = self.monotonic()
@@ -164,9 +174,10 @@ class LeaderElector:
             await self.release()
 
     async def release(self) -> None:
-        """Give the lease up on shutdown so the other replica takes over at once."""
+        """Give the lease up on shutdown so the other replica takes over at once (best effort, 2 s)."""
         self._set_leader(False)
-        try:
+
+        async def give_up() -> None:
             lease = await self.kube.get(f"{self.path}/{self.name}")
             if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 now = _fmt(self.clock())
@@ -175,5 +186,10 @@ class LeaderElector:
                 lease["spec"]["renewTime"] = now
                 lease["spec"]["acquireTime"] = now
                 await self.kube.request("PUT", f"{self.path}/{self.name}", body=lease)
-        except (KubeError, OSError) as exc:
+
+        try:
+            await asyncio.wait_for(give_up(), 2.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
             log.warning("lease release failed error=%s", exc)

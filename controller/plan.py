@@ -32,6 +32,7 @@ from controller.status import (
     NOT_SINGLETON,
     OPERAND_CONFLICT,
     OPERANDS_NOT_READY,
+    PERMISSION_DENIED,
     PREREQUISITE_NOT_MET,
     RECONCILE_FAILED,
     inventory,
@@ -186,7 +187,8 @@ class Observed:
     owned: Sequence[KubeObject] = ()  # every cached object of the kinds we own (pruning)
     applied: Mapping[Key, str] = field(default_factory=dict)  # projection hashes after our last applies
     nodes: Sequence[KubeObject] = ()
-    unlabelled_nodes: int = 0  # GPU nodes whose labels the node reconciler has not yet set
+    unlabelled_nodes: int = 0  # nodes whose labels the node reconciler has not yet set (or removed)
+    label_errors: Mapping[str, tuple[int | None, str]] = field(default_factory=dict)  # node -> (status, error)
     slices: Sequence[KubeObject] = ()
     claims: Sequence[KubeObject] = ()
     previous_conflicts: frozenset[str] = frozenset()
@@ -294,10 +296,21 @@ def plan(observed: Observed) -> Plan:
         out.requeue = 5.0
         return out
 
+    if observed.label_errors:
+        failing = sorted(observed.label_errors.items())
+        forbidden = any(code == 403 for _, (code, _) in failing)
+        shown = "; ".join(f"node {name}: {error}" for name, (_, error) in failing[:3])
+        more = f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
+        message = f"cannot set the DRA labels of {len(failing)} nodes: {shown}{more}"
+        out.statuses.append(
+            Status(cluster, "notReady", PERMISSION_DENIED if forbidden else RECONCILE_FAILED, message, stock)
+        )
+        out.requeue = 5.0
+        return out
     if observed.unlabelled_nodes:
         # Not ready until the nodes are labelled; the workloads' coverage is checked after (it costs a
         # pass over the nodes per DaemonSet, and the labels change what each must cover).
-        message = f"waiting for {observed.unlabelled_nodes} GPU nodes to be labelled for the operands"
+        message = f"waiting for the DRA labels of {observed.unlabelled_nodes} nodes to be set"
         out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
         out.requeue = 5.0
         return out
@@ -367,6 +380,8 @@ def _plan_deletion(cluster: KubeObject, observed: Observed, out: Plan) -> None:
         return
     message = f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}"
     out.statuses.append(Status(cluster, "notReady", DELETING, f"deleting: {message}"))
+    # Every reconcile while it lasts: the recorder bumps one Event's count (kubectl shows how long
+    # the drain has been waiting), never a new Event object per pass.
     out.events.append(Event(cluster, "Normal", DRAINING, message))
     out.requeue = 5.0
 

@@ -138,6 +138,7 @@ class Reconciler:
     drifts: int = 0
     # GPU nodes the node reconciler has not labelled yet (the GPUCluster is not ready until it has).
     unlabelled_nodes: Callable[[], int] = lambda: 0
+    label_errors: Callable[[], Mapping[str, tuple[int | None, str]]] = lambda: {}
     # Whether the last reconcile rendered operands (GPU nodes should then be labelled).
     active: bool = False
     _served: _Served = field(default_factory=_Served)
@@ -333,7 +334,9 @@ class Reconciler:
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
         if cluster is None or metadata(cluster).get("deletionTimestamp"):
             return
-        message = f"{failures} reconcile passes in a row failed; last error: {error}"
+        # No running count in the message: a status that changes on every failed pass would be
+        # written on every pass (and read back as a change).
+        message = f"reconcile passes keep failing; last error: {error}"
         previous = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
         try:
             await self.set_status(
@@ -363,6 +366,7 @@ class Reconciler:
             applied=self._applied,
             nodes=state.list("Node"),
             unlabelled_nodes=self.unlabelled_nodes(),
+            label_errors=dict(self.label_errors()),
             slices=state.list("ResourceSlice"),
             claims=state.list("ResourceClaim"),
             previous_conflicts=self._conflicts,

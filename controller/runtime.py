@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -72,7 +73,9 @@ def error_reason(exc: BaseException) -> str:
         return exc.reason or f"HTTP{exc.status}"
     if isinstance(exc, TimeoutError):
         return "Timeout"
-    return "ConnectionError"
+    if isinstance(exc, OSError | aiohttp.ClientError):
+        return "ConnectionError"
+    return "InternalError"  # a bug of ours: logged with its traceback
 
 
 class Metrics:
@@ -144,15 +147,22 @@ class Controller:
         queues = self.metrics.queues
         cluster_limiter = MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.5, max_backoff), BucketRateLimiter())
         self.clusters: WorkQueue[str] = WorkQueue("gpucluster", cluster_limiter, metrics=queues)
-        self.nodes: WorkQueue[str] = WorkQueue("nodes", default_rate_limiter(cap=60.0), metrics=queues)
+        # Nodes: client-go's per-key back-off, under a bucket sized for thousands of nodes (a 5 s API
+        # blip during the first labelling of 10,000 nodes must not spread their retries over 1,000 s).
+        node_limiter = MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 60.0), BucketRateLimiter(500.0, 10000))
+        self.nodes: WorkQueue[str] = WorkQueue("nodes", node_limiter, metrics=queues)
         self.pods: WorkQueue[str] = WorkQueue("pods", default_rate_limiter(cap=60.0), metrics=queues)
         self.labeller = NodeLabeller(
             self.state, self.reconciler._write, dict(env or {}),
             active=lambda: self.reconciler.active, on_settled=lambda: self.clusters.add(SINGLETON_NAME),
         )  # fmt: skip
         self.reconciler.unlabelled_nodes = lambda: len(self.labeller.pending)
+        self.reconciler.label_errors = lambda: self.labeller.errors
         self._was_active = False
+        self._elector_task: asyncio.Task[None] | None = None
         self._failures = 0
+        self._clusters_seen: dict[str, tuple[Any, ...]] = {}  # what of a GPUCluster a reconcile reads
+        self._claim_nodes: dict[str, set[str]] = {}  # claim -> nodes its devices were allocated on
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -197,9 +207,26 @@ class Controller:
                 self.resync()
         elif kind == "ResourceClaim":
             self.resync()  # the inventory
-            for node in claim_nodes(obj):
-                self._node(node)  # a node's driver label stays while its devices are in use
+            # A node's driver label stays while its devices are in use: look at the nodes of the
+            # claim now and before (a deallocation clears them in one update).
+            key = _pod_key(obj)
+            nodes = set() if type_ == "DELETED" else claim_nodes(obj)
+            for node in nodes | self._claim_nodes.pop(key, set()):
+                self._node(node)
+            if nodes:
+                self._claim_nodes[key] = nodes
             self._all_pods()
+        elif kind == "GPUCluster":
+            # Like controller-runtime's GenerationChangedPredicate (plus finalizers, deletion,
+            # labels, annotations): our own status writes do not trigger another reconcile.
+            name = str(metadata(obj).get("name"))
+            seen = _cluster_fingerprint(obj)
+            if type_ == "DELETED":
+                self._clusters_seen.pop(name, None)
+                self.resync()
+            elif self._clusters_seen.get(name) != seen:
+                self._clusters_seen[name] = seen
+                self.resync()
         elif kind in ("ResourceSlice", "DeviceClass"):
             self.resync()
             self._all_pods()
@@ -208,8 +235,10 @@ class Controller:
 
     def _on_list(self, kind: str) -> None:
         if kind == "Node":
-            for node in self.state.list("Node"):
-                self._node(str(metadata(node).get("name")))
+            names = [str(metadata(node).get("name")) for node in self.state.list("Node")]
+            self.labeller.forget_except(set(names))  # nodes deleted while the watch was down
+            for name in names:
+                self._node(name)
         elif kind == "Pod":
             self._all_pods()
         else:
@@ -224,7 +253,7 @@ class Controller:
         started = time.monotonic()
         try:
             result = await work
-        except (KubeError, OSError, TimeoutError) as exc:
+        except Exception as exc:
             self.metrics.reconciles.labels(name, "error").inc()
             self.metrics.errors.labels(name, error_reason(exc)).inc()
             raise
@@ -240,12 +269,16 @@ class Controller:
         try:
             requeue = await self._timed("gpucluster", self.reconciler.reconcile())
             self._failures = 0
-        except (KubeError, OSError, TimeoutError) as exc:
+        except Exception as exc:
             self._failures += 1
-            log.warning("reconcile failed error=%s failures=%d", exc, self._failures)
+            if isinstance(exc, KubeError | OSError | TimeoutError | aiohttp.ClientError):
+                log.warning("reconcile failed error=%s failures=%d", exc, self._failures)
+            else:
+                log.exception("reconcile failed failures=%d", self._failures)
             # A transient fault is retried quietly; a persistent one shows in status (Error=True).
             if self._failures >= self.report_failures_after:
                 await self.reconciler.report_failure(exc, self._failures)
+            await self._hold(started)  # a failing reconcile is spaced out too
             raise
         finally:
             self.passes += 1
@@ -258,12 +291,15 @@ class Controller:
             for node in self.state.list("Node"):  # operands rendered: label the GPU nodes
                 self._node(str(metadata(node).get("name")))
         self._was_active = self.reconciler.active
-        # Hold the key a moment: events meanwhile coalesce into one more reconcile, not many; a
-        # reconcile that took long is followed by as long a pause, so that on a large cluster it
-        # never takes more than half of the event loop from the node and pod workers.
+        await self._hold(started)
+        return requeue
+
+    async def _hold(self, started: float) -> None:
+        """Hold the key a moment: events meanwhile coalesce into one more reconcile, not many; a
+        reconcile that took long is followed by as long a pause, so that on a large cluster it
+        never takes more than half of the event loop from the node and pod workers."""
         elapsed = time.monotonic() - started
         await asyncio.sleep(min(max(self.min_interval - elapsed, elapsed), 2.0))
-        return requeue
 
     async def _sync_node(self, name: str) -> None:
         before = self.reconciler.writes
@@ -353,6 +389,7 @@ class Controller:
             )  # fmt: skip
             self.elector = elector
             elector_task = asyncio.create_task(elector.run(stop))
+            self._elector_task = elector_task
         try:
             await self._wait_synced([r.kind for r in resources], stop)
             await self._lead(stop, elector)
@@ -363,7 +400,7 @@ class Controller:
                 # On a graceful stop the elector releases the Lease (the other replica takes over at
                 # once); give it a moment before cancelling what is left.
                 if stop.is_set():
-                    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    with contextlib.suppress(Exception, asyncio.CancelledError):  # an elector that died
                         await asyncio.wait_for(asyncio.shield(elector_task), 2.0)
                 tasks.append(elector_task)
             for task in tasks:
@@ -385,6 +422,7 @@ class Controller:
                 # Leading from now: everything is looked at once (the queues also hold what
                 # arrived while following).
                 self._was_active = False
+                self._failures = 0
                 self.resync()
                 self._all_pods()
                 workers = [
@@ -397,7 +435,7 @@ class Controller:
                 watch: set[asyncio.Future[Any]] = {stopper, *workers}
                 lost: asyncio.Task[None] | None = None
                 if elector is not None:
-                    lost = asyncio.create_task(_lost(elector))
+                    lost = asyncio.create_task(_lost(elector, self._elector_task))
                     watch.add(lost)
                 await asyncio.wait(watch, return_when=asyncio.FIRST_COMPLETED)
                 for task in workers:
@@ -414,9 +452,24 @@ class Controller:
             stopper.cancel()
 
 
-async def _lost(elector: Any) -> None:
-    """Returns when ``elector`` no longer holds the Lease."""
-    await elector.is_follower.wait()
+async def _lost(elector: Any, task: asyncio.Task[None] | None) -> None:
+    """Returns when ``elector`` no longer holds the Lease, or stopped renewing it (its task ended)."""
+    follower = asyncio.ensure_future(elector.is_follower.wait())
+    try:
+        await asyncio.wait({follower, *([task] if task is not None else [])}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        follower.cancel()
+    if task is not None and task.done():
+        elector.is_leader.clear()  # nothing renews the Lease any more: stop leading
+        elector.is_follower.set()
+
+
+def _cluster_fingerprint(obj: KubeObject) -> tuple[Any, ...]:
+    meta = metadata(obj)
+    return (
+        meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp"), tuple(meta.get("finalizers") or ()),
+        repr(sorted((meta.get("labels") or {}).items())), repr(sorted((meta.get("annotations") or {}).items())),
+    )  # fmt: skip
 
 
 def _pod_key(pod: KubeObject) -> str:

@@ -38,9 +38,10 @@ class EventSink(Protocol):
     async def create(self, event: dict[str, Any]) -> bool:
         """Create ``event`` (its namespace and name are set); False when it was not written."""
 
-    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool:
-        """Merge ``changes`` (count, lastTimestamp, message) into that Event; False when it is gone
-        or was not written."""
+    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool | None:
+        """Merge ``changes`` (count, lastTimestamp, message) into that Event: True when written,
+        False when it is gone (a new Event is then created), None on any other failure (this
+        occurrence is dropped; the Event is kept for the next one, as client-go does)."""
 
 
 @dataclass
@@ -137,9 +138,12 @@ class EventRecorder:
         previous = self._seen.get(key)
         if previous is not None:
             changes = {"count": previous.count + 1, "lastTimestamp": stamp, "message": message}
-            if await self.sink.update(previous.namespace, previous.name, changes):
+            updated = await self.sink.update(previous.namespace, previous.name, changes)
+            if updated:
                 previous.count += 1
                 return
+            if updated is None:
+                return  # a transient failure: no duplicate Event with a count reset to 1
             self._seen.pop(key)
         name = f"{md.get('name')}.{time.time_ns():x}"
         event = {

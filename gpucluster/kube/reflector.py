@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aiohttp
+
 from gpucluster.clusterstate import ClusterState, KubeObject
 from gpucluster.kube.client import Kube, KubeError
 
@@ -184,8 +186,18 @@ class Reflector:
                 resource_version = ""
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 30.0)
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+                # A dropped connection (aiohttp's disconnects and payload errors are not OSError):
+                # watch again from the last version seen.
                 log.warning("reflector connection error kind=%s error=%r", self.resource.kind, exc)
+                await asyncio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 30.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # A malformed event or a failing handler: never let the cache freeze silently.
+                log.warning("reflector error, relisting kind=%s error=%r", self.resource.kind, exc)
+                resource_version = ""
                 await asyncio.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 30.0)
 

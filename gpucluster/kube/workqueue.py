@@ -335,4 +335,9 @@ async def run_workers(
             if requeue is not None:
                 queue.add_after(key, requeue)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+    tasks = [asyncio.create_task(worker()) for _ in range(max(1, workers))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:  # one worker failing (or this being cancelled) stops them all
+            task.cancel()

@@ -5,6 +5,7 @@ filter per object), written through the sandbox's ``ApiCore`` like any client.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from sandbox.apiserver.errors import ApiError
 from sandbox.sim.base import Obj
 
 EVENTS = ("", "events")
+log = logging.getLogger("sandbox.sim.events")
 
 
 class CoreSink:
@@ -31,11 +33,11 @@ class CoreSink:
             await self.core.create(rt, event["metadata"]["namespace"], event, self.context(), managed=False)
         except ApiError as exc:
             if exc.code not in (403, 404, 409):
-                raise
+                log.warning("event not recorded reason=%s error=%s", event.get("reason"), exc)
             return False
         return True
 
-    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool:
+    async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool | None:
         rt = self.core.registry.get("", "v1", "events")
         existing = self.core.store.get(EVENTS, namespace, name)
         if rt is None or existing is None:
@@ -43,9 +45,10 @@ class CoreSink:
         try:
             await self.core.update(rt, namespace, name, {**existing, **changes}, self.context())
         except ApiError as exc:
-            if exc.code not in (404, 409):
-                raise
-            return False
+            if exc.code == 404:
+                return False
+            log.warning("event not updated name=%s error=%s", name, exc)
+            return None
         return True
 
 

@@ -75,3 +75,47 @@ def test_owned_objects_and_other_namespaces() -> None:
     assert queued(c)["gpucluster"] == set()
     c._on_event("MODIFIED", {"kind": "DaemonSet", "metadata": {"name": "x", "namespace": "gpu-operator"}})
     assert queued(c)["gpucluster"] == {SINGLETON_NAME}
+
+
+def test_a_gpucluster_status_change_does_not_start_a_reconcile_but_a_spec_change_does() -> None:
+    c = controller()
+    cluster = {"kind": "GPUCluster", "metadata": {"name": SINGLETON_NAME, "uid": "u", "generation": 1}}
+    c._on_event("ADDED", cluster)
+    assert queued(c)["gpucluster"] == {SINGLETON_NAME}
+    c.clusters = type(c.clusters)("gpucluster")  # drained
+    c._on_event("MODIFIED", {**cluster, "status": {"state": "ready"}})  # our own status write, read back
+    assert queued(c)["gpucluster"] == set()
+    c._on_event("MODIFIED", {**cluster, "metadata": {**cluster["metadata"], "generation": 2}})
+    assert queued(c)["gpucluster"] == {SINGLETON_NAME}
+
+
+def test_a_deallocated_claim_rechecks_the_node_it_was_allocated_on() -> None:
+    c = controller()
+    c.state.upsert(
+        "Node",
+        {"kind": "Node", "metadata": {"name": "old-gpu", "labels": {"nvidia.com/gpu.deploy.dra-driver": "true"}}},
+    )
+    allocated = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ml"},
+        "status": {
+            "reservedFor": [{"resource": "pods", "name": "p"}],
+            "allocation": {"devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "old-gpu"}]}},
+        },
+    }
+    c.state.upsert("ResourceClaim", allocated)
+    c._on_event("ADDED", allocated)
+    assert queued(c)["nodes"] == set()  # in use: the driver label stays
+    released = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "ml"}, "status": {}}
+    c.state.upsert("ResourceClaim", released)
+    c._on_event("MODIFIED", released)  # reservedFor and allocation cleared in one update
+    assert queued(c)["nodes"] == {"old-gpu"}  # now its driver label can go
+
+
+def test_a_relist_forgets_pending_nodes_that_are_gone() -> None:
+    c = controller()
+    c._on_event("ADDED", NEW_GPU_NODE)
+    assert c.labeller.pending == {"gpu-1"}
+    c.state.replace("Node", [dict(GPU_NODE), dict(CPU_NODE)])  # deleted while the watch was down
+    c._on_list("Node")
+    assert c.labeller.pending == set()

@@ -63,3 +63,37 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_expires(kube: Kube) 
     await asyncio.wait_for(b.is_leader.wait(), 5)
     stop_b.set()
     await task_b
+
+
+class _Flaky:
+    """A client whose first call drops the connection (an aiohttp error, not an OSError), then hangs."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get(self, path: str, query: object = None) -> dict[str, object]:
+        self.calls += 1
+        if self.calls == 1:
+            import aiohttp
+
+            raise aiohttp.ServerDisconnectedError()
+        await asyncio.Event().wait()  # a renew that never returns
+        raise AssertionError("unreachable")
+
+    async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
+        raise AssertionError("not reached")
+
+
+async def test_a_dropped_connection_does_not_kill_the_elector_and_a_hung_renew_steps_down() -> None:
+    client = _Flaky()
+    candidate = LeaderElector(client, "gpu-operator", "gpucluster-controller", "replica-a",  # type: ignore[arg-type]
+                              lease_duration=1.0, renew_deadline=0.3, retry_period=0.05)  # fmt: skip
+    candidate._set_leader(True)  # leading when the trouble starts
+    candidate._last_renew = candidate.monotonic()
+    stop = asyncio.Event()
+    task = asyncio.create_task(candidate.run(stop))
+    # The hung renew is cut at the renew deadline: no longer the leader, well before the Lease expires.
+    await asyncio.wait_for(candidate.is_follower.wait(), 2)
+    assert not task.done() and client.calls >= 2  # still contending after the disconnect
+    stop.set()
+    await asyncio.wait_for(task, 5)

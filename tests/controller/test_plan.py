@@ -166,7 +166,7 @@ def test_unlabelled_gpu_nodes_keep_the_cluster_not_ready() -> None:
     assert [s.state for s in ready.statuses] == ["ready"], ready.statuses
     waiting = plan(observed(cached=cached, owned=list(cached.values()), applied=applied, unlabelled_nodes=3))
     [status] = waiting.statuses
-    assert status.state == "notReady" and "3 GPU nodes" in status.message
+    assert status.state == "notReady" and "DRA labels of 3 nodes" in status.message
 
 
 def test_deletion_drains_claim_consumers_first_then_drops_the_finalizer() -> None:
@@ -193,3 +193,21 @@ def test_summaries_name_what_changed_within_the_length_limit() -> None:
     assert len(long) <= 100 and long.startswith("created object-000; ") and long.endswith("more")
     shown = long.count("created ")
     assert long.endswith(f"and {100 - shown} more")
+
+
+def test_nodes_that_cannot_be_labelled_are_named_with_the_error() -> None:
+    cached, applied = installed()
+    errors = {"gpu-7": (403, 'nodes "gpu-7" is forbidden'), "gpu-3": (500, "boom")}
+    out = plan(
+        observed(cached=cached, owned=list(cached.values()), applied=applied, unlabelled_nodes=2, label_errors=errors)
+    )
+    [status] = out.statuses
+    assert status.reason == "PermissionDenied" and status.state == "notReady"
+    assert (
+        status.message
+        == 'cannot set the DRA labels of 2 nodes: node gpu-3: boom; node gpu-7: nodes "gpu-7" is forbidden'
+    )
+    only_500 = plan(
+        observed(cached=cached, owned=list(cached.values()), applied=applied, label_errors={"gpu-3": (500, "boom")})
+    )
+    assert only_500.statuses[0].reason == "ReconcileFailed"

@@ -95,3 +95,21 @@ async def test_a_repeat_of_a_deleted_event_creates_a_new_one() -> None:
     await rec.record(POD, "Warning", "Busy", "a")
     [event] = sink.events.values()
     assert event["count"] == 1
+
+
+async def test_a_failed_update_drops_that_occurrence_but_keeps_the_event() -> None:
+    class Flaky(Sink):
+        async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> bool | None:
+            if self.fail_updates:
+                return None  # a 500 or a timeout: not "gone"
+            return await super().update(namespace, name, changes)
+
+    sink = Flaky()
+    rec = _recorder(sink, [0.0])
+    await rec.record(POD, "Warning", "Busy", "a")
+    sink.fail_updates = True
+    await rec.record(POD, "Warning", "Busy", "a")
+    sink.fail_updates = False
+    await rec.record(POD, "Warning", "Busy", "a")
+    [event] = sink.events.values()  # no duplicate Event with its count reset to 1
+    assert event["count"] == 2
