@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.clusterstate import ClusterState, metadata
-from gpucluster.dra.allocator import fit
-from gpucluster.dra.model import AllocatorInputError
 from gpucluster.dra.worker import AllocatorWorker, shared_worker
 
 REASON = "ClaimUnsatisfiable"
@@ -61,57 +59,24 @@ def pending_on_claims(pod: Mapping[str, Any]) -> bool:
     )
 
 
-Candidate = tuple[dict[str, Any], str, "tuple[str, float] | None", list[dict[str, Any]]]
+Explained = tuple[dict[str, Any], list[dict[str, Any]], str]  # (pod, its unallocated claims, reason)
 
 
 @dataclass
 class Explainer:
-    """``max_per_pass`` bounds the allocator runs of one pass; the rest wait for the next pass.
-
-    :meth:`explanations_offloaded` (the controller) runs the allocator in the worker process with
-    its deadline, never on the event loop; a pass stops starting checks after ``pass_budget``
-    seconds. :meth:`explanations` runs it inline (tests, offline use).
-    """
+    """Explains one pending pod at a time (the controller's ``pods`` work queue keys them). The
+    allocator runs in the worker process with its deadline, never on the event loop; a pod is
+    checked at most once per ``min_interval`` seconds, and an Event is posted only when its
+    reason changes."""
 
     state: ClusterState
     min_interval: float = 60.0
-    max_per_pass: int = 20
     clock: Callable[[], float] = time.monotonic
     worker: AllocatorWorker | None = None
-    pass_budget: float = 10.0
     # What the allocator follows: kubernetes_version and feature_gates (the controller sets
     # the server's version and the --feature-gates overrides).
     allocator_options: dict[str, Any] = field(default_factory=dict)
-    _last: dict[str, tuple[str, float]] = field(default_factory=dict)
-
-    def _candidates(self) -> tuple[list[dict[str, Any]], list[Candidate]]:
-        """The cluster to allocate against and (pod, uid, last explanation, waiting claims) to explain."""
-        out: list[Candidate] = []
-        live: set[str] = set()
-        budget = self.max_per_pass
-        now = self.clock()
-        for pod in self.state.list("Pod"):
-            if not pending_on_claims(pod):
-                continue
-            uid = str(metadata(pod).get("uid") or metadata(pod).get("name"))
-            live.add(uid)
-            last = self._last.get(uid)
-            if last is not None and now - last[1] < self.min_interval:
-                continue  # explained recently: the allocator is not run again before the interval
-            if budget <= 0:
-                continue
-            budget -= 1
-            claims = pod_claims(pod, self.state)
-            if not claims:
-                continue
-            waiting = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-            if waiting:
-                out.append((pod, uid, last, waiting))
-        for uid in set(self._last) - live:
-            del self._last[uid]
-        if not out:
-            return [], out
-        return self._cluster(), out
+    _last: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (reason posted, when)
 
     def _cluster(self) -> list[dict[str, Any]]:
         return [
@@ -121,12 +86,12 @@ class Explainer:
             *(c for c in self.state.list("ResourceClaim") if (c.get("status") or {}).get("allocation")),
         ]
 
-    async def explain(
-        self, pod: Mapping[str, Any] | None, key: str
-    ) -> tuple[tuple[dict[str, Any], list[dict[str, Any]], str] | None, float | None]:
+    async def explain(self, pod: Mapping[str, Any] | None, key: str) -> tuple[Explained | None, float | None]:
         """For one pod (cached under ``key``; None: gone): the (pod, unallocated claims, reason) to post
         when its claims do not fit (None when they do, or the reason was posted before), and the
-        seconds after which to look again when it was explained too recently to run the allocator."""
+        seconds after which to look again when it was explained too recently to run the allocator.
+        A check past the worker's deadline gives "feasibility check cut short after Xs" as the
+        reason, never a late answer."""
         if pod is None or not pending_on_claims(pod):
             self._last.pop(key, None)
             return None, None
@@ -140,46 +105,12 @@ class Explainer:
             return None, None  # a claim not created yet, or all allocated: their events bring the pod back
         worker = self.worker or shared_worker()
         reason = await _fit_offloaded(worker, waiting, self._cluster(), self.allocator_options)
-        return self._conclude((dict(pod), key, last, waiting), reason), None
-
-    def _conclude(
-        self, candidate: Candidate, reason: str | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str] | None:
-        pod, uid, last, waiting = candidate
         if not reason:
-            return None  # satisfiable: the scheduler will get to it
-        self._last[uid] = (reason, self.clock())
+            return None, None  # satisfiable: the scheduler will get to it
+        self._last[key] = (reason, self.clock())
         if last is not None and last[0] == reason:
-            return None  # same reason as the event already posted
-        return pod, waiting, reason
-
-    def explanations(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
-        """(pod, unallocated claims, reason) for pods whose claims no node can satisfy now (inline)."""
-        cluster, candidates = self._candidates()
-        out = []
-        for candidate in candidates:
-            try:
-                reason = fit(candidate[3], cluster, **self.allocator_options).one_line()
-            except AllocatorInputError as exc:
-                reason = str(exc)
-            if (found := self._conclude(candidate, reason)) is not None:
-                out.append(found)
-        return out
-
-    async def explanations_offloaded(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
-        """:meth:`explanations` with the allocator in the worker: a check past the deadline gives
-        "feasibility check cut short after Xs" as the reason, never a late answer."""
-        cluster, candidates = self._candidates()
-        worker = self.worker or shared_worker()
-        out = []
-        ends = time.monotonic() + self.pass_budget
-        for candidate in candidates:
-            if time.monotonic() >= ends:
-                break  # the rest are explained in a later pass
-            reason = await _fit_offloaded(worker, candidate[3], cluster, self.allocator_options)
-            if (found := self._conclude(candidate, reason)) is not None:
-                out.append(found)
-        return out
+            return None, None  # same reason as the event already posted
+        return (dict(pod), waiting, reason), None
 
 
 async def _fit_offloaded(

@@ -28,10 +28,6 @@ def busy_cluster() -> Explainer:
     return Explainer(state(*objects, pod("waits", "h100"), pod("never", "b200")))
 
 
-def by_pod(found: list[tuple[dict[str, Any], list[dict[str, Any]], str]]) -> dict[str, str]:
-    return {p["metadata"]["name"]: reason for p, _, reason in found}
-
-
 @pytest.fixture
 def worker() -> Iterator[AllocatorWorker]:
     w = AllocatorWorker(deadline=30)
@@ -41,18 +37,15 @@ def worker() -> Iterator[AllocatorWorker]:
         w.close()
 
 
-def test_inline_busy_reads_as_wait_and_impossible_as_never() -> None:
-    reasons = by_pod(busy_cluster().explanations())
-    assert reasons["waits"].endswith("would fit once devices are freed on h100-node")
-    assert "in use" in reasons["waits"]
-    assert reasons["never"].endswith("does not fit even on an empty node")
-    assert "in use" not in reasons["never"]
-
-
-async def test_offloaded_busy_reads_as_wait_and_impossible_as_never(worker: AllocatorWorker) -> None:
+async def test_busy_reads_as_wait_and_impossible_as_never(worker: AllocatorWorker) -> None:
     explainer = busy_cluster()
     explainer.worker = worker
-    reasons = by_pod(await explainer.explanations_offloaded())
+    reasons = {}
+    for p in explainer.state.list("Pod"):
+        found, _ = await explainer.explain(p, f"ml/{p['metadata']['name']}")
+        assert found is not None
+        reasons[p["metadata"]["name"]] = found[2]
     assert reasons["waits"].endswith("would fit once devices are freed")
+    assert "in use" in reasons["waits"]
     assert reasons["never"].endswith("does not fit even on an empty node")
     assert "in use" not in reasons["never"]

@@ -1,11 +1,15 @@
-"""The pending-claim explainer: only pods the scheduler gave up on, bounded work, one event per reason."""
+"""The pending-claim explainer: only pods the scheduler gave up on, one allocator run per interval, one\nevent per reason; the allocator runs in the worker process."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from controller.explain import Explainer
 from gpucluster.clusterstate import ClusterState
+from gpucluster.dra.worker import AllocatorWorker
 from tests.fixtures import load_fixture
 
 GPU_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
@@ -40,34 +44,55 @@ class Clock:
         return self.now
 
 
-def test_only_pods_the_scheduler_found_unschedulable_are_explained() -> None:
-    cluster = state(claim("b200", "NVIDIA B200"), pod("judged", "b200"), pod("fresh", "b200", judged=False))
-    [(explained, claims, reason)] = Explainer(cluster).explanations()
+@pytest.fixture(scope="module")
+def worker() -> Iterator[AllocatorWorker]:
+    w = AllocatorWorker(deadline=30)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def key(p: dict[str, Any]) -> str:
+    return f"ml/{p['metadata']['name']}"
+
+
+async def test_only_pods_the_scheduler_found_unschedulable_are_explained(worker: AllocatorWorker) -> None:
+    judged, fresh = pod("judged", "b200"), pod("fresh", "b200", judged=False)
+    explainer = Explainer(state(claim("b200", "NVIDIA B200"), judged, fresh), worker=worker)
+    found, requeue = await explainer.explain(judged, key(judged))
+    assert found is not None and requeue is None
+    explained, claims, reason = found
     assert explained["metadata"]["name"] == "judged"
     assert [c["metadata"]["name"] for c in claims] == ["b200"]
     assert "8 selector #0 false" in reason
+    assert await explainer.explain(fresh, key(fresh)) == (None, None)  # left to the scheduler
 
 
-def test_satisfiable_claims_are_left_to_the_scheduler() -> None:
-    cluster = state(claim("h100", "NVIDIA H100 80GB HBM3"), pod("p", "h100"))
-    assert Explainer(cluster).explanations() == []
+async def test_satisfiable_claims_are_left_to_the_scheduler(worker: AllocatorWorker) -> None:
+    p = pod("p", "h100")
+    explainer = Explainer(state(claim("h100", "NVIDIA H100 80GB HBM3"), p), worker=worker)
+    assert await explainer.explain(p, key(p)) == (None, None)
 
 
-def test_one_event_per_reason_and_at_most_one_allocator_run_per_interval() -> None:
+async def test_one_event_per_reason_and_at_most_one_allocator_run_per_interval(worker: AllocatorWorker) -> None:
     clock = Clock()
-    cluster = state(claim("b200", "NVIDIA B200"), pod("p", "b200"))
-    explainer = Explainer(cluster, min_interval=60, clock=clock)
-    assert len(explainer.explanations()) == 1
+    p = pod("p", "b200")
+    explainer = Explainer(state(claim("b200", "NVIDIA B200"), p), min_interval=60, clock=clock, worker=worker)
+    found, _ = await explainer.explain(p, key(p))
+    assert found is not None
     clock.now = 30
-    assert explainer.explanations() == []  # within the interval: not even computed
+    # Within the interval: not even computed; looked at again when it ends.
+    assert await explainer.explain(p, key(p)) == (None, 30)
     clock.now = 120
-    assert explainer.explanations() == []  # computed again, same reason: no new event
+    assert await explainer.explain(p, key(p)) == (None, None)  # computed again, same reason: no new event
 
 
-def test_work_per_pass_is_bounded() -> None:
-    pods = [pod(f"p{i}", "b200") for i in range(5)]
-    cluster = state(claim("b200", "NVIDIA B200"), *pods)
-    explainer = Explainer(cluster, max_per_pass=2)
-    assert len(explainer.explanations()) == 2
-    assert len(explainer.explanations()) == 2
-    assert len(explainer.explanations()) == 1
+async def test_a_pod_that_is_gone_or_scheduled_is_forgotten(worker: AllocatorWorker) -> None:
+    clock = Clock()
+    p = pod("p", "b200")
+    explainer = Explainer(state(claim("b200", "NVIDIA B200"), p), min_interval=60, clock=clock, worker=worker)
+    assert (await explainer.explain(p, key(p)))[0] is not None
+    assert await explainer.explain(None, key(p)) == (None, None)
+    found, _ = await explainer.explain(p, key(p))  # a namesake later is explained afresh
+    assert found is not None

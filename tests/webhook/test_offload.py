@@ -175,14 +175,16 @@ async def test_the_controller_explainer_uses_the_worker_and_its_deadline() -> No
                 await asyncio.sleep(0.01)
 
         ticking = asyncio.create_task(ticker())
-        [(explained, claims, reason)] = await Explainer(state, worker=w).explanations_offloaded()
+        found, _ = await Explainer(state, worker=w).explain(pending, "ml/p")
+        assert found is not None
+        explained, claims, reason = found
         ticking.cancel()
         assert explained["metadata"]["name"] == "p" and claims[0]["metadata"]["name"] == "train"
         assert reason == "feasibility check cut short after 0.5s"
         assert loop_ticks >= 20  # the event loop kept running meanwhile
         state2 = ClusterState.from_objects([*cluster(2), claim(9), pending])
         w.deadline = 10  # a fresh worker: start-up and CEL compilation are part of the first check
-        [(_, _, reason)] = await Explainer(state2, worker=w).explanations_offloaded()
-        assert "need 9 on one node" in reason
+        found, _ = await Explainer(state2, worker=w).explain(pending, "ml/p")
+        assert found is not None and "need 9 on one node" in found[2]
     finally:
         w.close()
