@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from controller.explain import Explainer
 from gpucluster.dra.worker import AllocatorWorker
@@ -26,15 +23,6 @@ def holding_every_gpu() -> dict[str, Any]:
 def busy_cluster() -> Explainer:
     objects = [holding_every_gpu(), claim("h100", "NVIDIA H100 80GB HBM3"), claim("b200", "NVIDIA B200")]
     return Explainer(state(*objects, pod("waits", "h100"), pod("never", "b200")))
-
-
-@pytest.fixture
-def worker() -> Iterator[AllocatorWorker]:
-    w = AllocatorWorker(deadline=30)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 async def test_busy_reads_as_wait_and_impossible_as_never(worker: AllocatorWorker) -> None:

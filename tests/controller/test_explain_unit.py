@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from controller.explain import Explainer
 from gpucluster.clusterstate import ClusterState
@@ -42,15 +39,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="module")
-def worker() -> Iterator[AllocatorWorker]:
-    w = AllocatorWorker(deadline=30)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 def key(p: dict[str, Any]) -> str:
