@@ -147,3 +147,46 @@ def test_one_shapes_serves_slices_of_different_drivers() -> None:
     program = compile_selector('device.attributes["b.com"].exists(k, k == "x")')
     assert program.evaluate(a) is False and program.evaluate(b) is True
     assert a.attr_names("b.com") == ("y",) and b.attr_names("b.com") == ("x", "y")
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # A whole capacity domain, not only one of its names.
+        ('device.capacity["gpu.nvidia.com"].size() == 1', True),
+        ('cel.bind(c, device.capacity["gpu.nvidia.com"], c.size() == 1)', True),
+        ('device.capacity["gpu.nvidia.com"] == device.capacity["gpu.nvidia.com"]', True),
+        (
+            'device.capacity["gpu.nvidia.com"].exists(k, device.capacity["gpu.nvidia.com"][k]'
+            '.isGreaterThan(quantity("1")))',
+            True,
+        ),
+        # Macro bodies not typed bool (dyn, a bool attribute) are checked per element.
+        ('[1].all(x, device.attributes["gpu.nvidia.com"].mig == false)', True),
+        ("[true].all(x, dyn(x))", True),
+        ("dyn([true]).exists(x, x)", True),
+        ("[1, 2].exists(x, x == 2) || [dyn(1)].exists(y, y)", True),
+        ("[dyn(true), dyn(false)].exists_one(x, x)", True),
+        ("[dyn(true), dyn(false)].filter(x, x).size() == 1", True),
+        # Another domain's qualified name is not a name of the driver's own domain.
+        ('"example.com/rack" in device.attributes["gpu.nvidia.com"]', False),
+        ('cel.bind(a, device.attributes["gpu.nvidia.com"], "example.com/rack" in a)', False),
+        ('has(device.attributes["example.com"].rack)', True),
+    ],
+)
+def test_whole_domains_dyn_bodies_and_qualified_names(expression: str, expected: object) -> None:
+    assert _eval(expression) == expected
+
+
+def test_a_non_bool_macro_body_is_no_such_overload() -> None:
+    from gpucluster.dra.cel import CelRuntimeError
+
+    with pytest.raises(CelRuntimeError, match="no such overload"):
+        _eval("[dyn(1)].all(x, x)")
+
+
+def test_a_qualified_name_of_another_domain_is_no_key_of_the_drivers() -> None:
+    from gpucluster.dra.cel import CelRuntimeError
+
+    with pytest.raises(CelRuntimeError, match="no such key"):
+        _eval('device.attributes["gpu.nvidia.com"]["example.com/rack"] == "r1"')

@@ -353,7 +353,8 @@ class Generator:
         else:
             loop = f"for {var} in {'_r' if names_only is not None else '_rt.iterate(_r)'}:"
         body_is_bool = node.body.type == t.BOOL
-        check = "" if body_is_bool else "\n        if _b is not True and _b is not False: _nso()"
+        # A body not typed bool (dyn, an attribute) must still give a bool: checked per element.
+        check = [] if body_is_bool else ["if _b is not True and _b is not False: _nso()"]
         if macro in ("all", "exists") and self._safe(node.body):
             # A body that cannot fail needs no error bookkeeping.
             stop, keep = ("False", "True") if macro == "all" else ("True", "False")
@@ -364,7 +365,8 @@ class Generator:
                 "_e = None",
                 loop,
                 "    try:",
-                f"        _b = {body}{check}",
+                f"        _b = {body}",
+                *("        " + line for line in check),
                 "    except _Err as _x:",
                 "        if _e is None: _e = _x",
                 "        continue",
@@ -376,7 +378,8 @@ class Generator:
             lines += [
                 "_n = 0",
                 loop,
-                f"    _b = {body}{check.replace(chr(10) + '        ', chr(10) + '    ')}",
+                f"    _b = {body}",
+                *("    " + line for line in check),
                 "    if _b is True: _n += 1",
                 "return _n == 1",
             ]
@@ -384,7 +387,8 @@ class Generator:
             lines += [
                 "_o = []",
                 loop,
-                f"    _b = {body}{check.replace(chr(10) + '        ', chr(10) + '    ')}",
+                f"    _b = {body}",
+                *("    " + line for line in check),
                 f"    if _b is True: _o.append({var})",
                 "return _o",
             ]

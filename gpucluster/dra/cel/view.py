@@ -98,7 +98,8 @@ class LazyDomain(dict[str, Any]):
             if self._keyed or type(key) is not str:
                 return default
             raw = self._raw
-            value = raw.get(key) if self._domain == self._driver else None
+            # An unqualified name is the driver's own; "example.com/rack" is never found here.
+            value = raw.get(key) if self._domain == self._driver and "/" not in key else None
             if value is None:
                 value = raw.get(self._domain + "/" + key)
                 if value is None:
@@ -342,6 +343,17 @@ class DeviceView:
             m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs, self._shapes)
         return m
 
+    def cap_domain(self, domain: str) -> dict[str, Any]:
+        """``device.capacity[domain]`` for a constant domain."""
+        cache = self._doms
+        if cache is None:
+            cache = self._doms = {}
+        key = "\x00" + domain  # capacity domains next to attribute domains in one cache
+        m = cache.get(key)
+        if m is None:
+            m = cache[key] = LazyDomain(convert_capacity, domain, self.driver, self._raw_caps, self._shapes)
+        return m
+
     def attr_names(self, domain: str) -> tuple[str, ...]:
         """The names in ``device.attributes[domain]``, in map order (nothing converted)."""
         table = self._shapes
@@ -357,7 +369,7 @@ class DeviceView:
 
     # -- single values (what compiled selectors use for constant domain and name) ----------
     def _raw(self, raw: Mapping[str, Any], domain: str, ident: str) -> Any:
-        if domain == self.driver:
+        if domain == self.driver and "/" not in ident:
             found = raw.get(ident)
             if found is not None:
                 return found
@@ -366,7 +378,7 @@ class DeviceView:
     def attr_value(self, domain: str, ident: str) -> Any:
         """``device.attributes[domain][ident]``, or the error ``no such key: ident``."""
         raw = self._raw_attrs
-        attr = raw.get(ident) if domain == self.driver else None
+        attr = raw.get(ident) if domain == self.driver and "/" not in ident else None
         if attr is None:
             attr = raw.get(domain + "/" + ident)
             if attr is None:
@@ -388,7 +400,7 @@ class DeviceView:
     def cap_value(self, domain: str, ident: str) -> Quantity:
         """``device.capacity[domain][ident]``, or the error ``no such key: ident``."""
         raw = self._raw_caps
-        cap = raw.get(ident) if domain == self.driver else None
+        cap = raw.get(ident) if domain == self.driver and "/" not in ident else None
         if cap is None:
             cap = raw.get(domain + "/" + ident)
             if cap is None:
