@@ -80,14 +80,20 @@ def read_text(path: str) -> str:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def _yaml_error(source: str, exc: yaml.YAMLError) -> InputError:
+def _yaml_error(source: str, exc: yaml.YAMLError, text: str = "") -> InputError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.reader.ReaderError):
+        # A character YAML does not accept: where it is (the reader has no mark), in one line.
+        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return InputError(f"{source}:{line}:{column}: invalid YAML: {problem}")
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
     return InputError(f"{where}: invalid YAML: {problem}")
 
 
-_JSON_START = re.compile(r"\A\s*[\[{]")
+_JSON_START = re.compile(r"\A\ufeff?\s*[\[{]")
 
 
 @contextmanager
@@ -203,20 +209,25 @@ def parse_documents(text: str, source: str) -> list[Any]:
     with _no_gc():
         if _JSON_START.match(text):
             try:
-                return [orjson.loads(text)]
+                # Integers beyond 64 bits become floats here, as in Kubernetes' own unstructured
+                # JSON decoding (which keeps int64 and reads anything else as float64).
+                return [orjson.loads(text[1:] if text.startswith("\ufeff") else text)]
             except orjson.JSONDecodeError:
                 pass  # flow-style YAML also starts with { or [; let YAML decide and report
         try:
             try:
                 docs = _fast_documents(text) if _BaseLoader is not yaml.SafeLoader else None
-            except (_Unusual, RecursionError):
+            except _Unusual:
                 docs = None
             if docs is None:
                 docs = list(yaml.load_all(text, Loader=_KubeYAMLLoader))
         except yaml.YAMLError as exc:
-            raise _yaml_error(source, exc) from None
+            raise _yaml_error(source, exc, text) from None
         except RecursionError:
+            # Not handed to the recursive C composer: some libyaml builds crash that deep.
             raise InputError(f"{source}: invalid YAML: nested too deeply") from None
+        except ValueError as exc:  # a scalar PyYAML resolves but cannot convert, such as 0x_
+            raise InputError(f"{source}: invalid YAML: {exc}") from None
     return [d for d in docs if d is not None]
 
 

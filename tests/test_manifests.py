@@ -171,3 +171,19 @@ def test_loading_a_dump_never_holds_a_node_graph() -> None:
     assert len(objects) == 300
     # Composing the whole document first peaks at about 5x what the dicts keep.
     assert peak < 1.5 * retained, (peak, retained)
+
+
+def test_bad_scalars_and_control_characters_are_one_line_errors_with_their_place() -> None:
+    with pytest.raises(InputError, match=r"^x.yaml: invalid YAML: .*base 16"):
+        load_objects_from_text("a: 0x_\n", "x.yaml")
+    with pytest.raises(InputError) as found:
+        load_objects_from_text('kind: x\nb: 1\na: "\x07"\n', "x.yaml")
+    assert (
+        str(found.value)
+        == "x.yaml:3:5: invalid YAML: unacceptable character #x0007: control characters are not allowed"
+    )
+
+
+def test_json_with_a_byte_order_mark_is_read_as_json() -> None:
+    [obj] = load_objects_from_text('\ufeff{"kind": "x", "a": 1.0e5}', "x.json")
+    assert obj == {"kind": "x", "a": 100000.0}  # a JSON number, not the YAML 1.1 string "1.0e5"
