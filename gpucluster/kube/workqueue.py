@@ -137,6 +137,11 @@ class QueueMetrics:
             f"{prefix}workqueue_longest_running_processor_seconds",
             "How long the longest-running worker has held its key.", ["name"], registry=registry,
         )  # fmt: skip
+        self.unfinished_work = Gauge(
+            f"{prefix}workqueue_unfinished_work_seconds",
+            "Seconds of work in progress not yet observed by work_duration (large values: stuck workers).",
+            ["name"], registry=registry,
+        )  # fmt: skip
 
     def register(self, name: str) -> None:
         """Create every series of ``name`` at zero (rate() needs a first sample)."""
@@ -145,7 +150,6 @@ class QueueMetrics:
         self.retries.labels(name)
         self.queue_duration.labels(name)
         self.work_duration.labels(name)
-        self.longest_running.labels(name).set(0)
 
 
 class WorkQueue(Generic[K]):
@@ -170,6 +174,10 @@ class WorkQueue(Generic[K]):
         self._shutting_down = False
         if metrics is not None:
             metrics.register(name)
+            # Read when scraped, as client-go's metrics update loop does: a key held for long
+            # shows while it is held, not only once it is done.
+            metrics.longest_running.labels(name).set_function(self._longest_running)
+            metrics.unfinished_work.labels(name).set_function(self._unfinished_work)
 
     # ------------------------------------------------------------------ adding
 
@@ -247,14 +255,20 @@ class WorkQueue(Generic[K]):
         started = self._processing.pop(key, None)
         if started is not None and self.metrics is not None:
             self.metrics.work_duration.labels(self.name).observe(self.clock() - started)
-            oldest = min(self._processing.values(), default=None)
-            self.metrics.longest_running.labels(self.name).set(0 if oldest is None else self.clock() - oldest)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
             self._depth_changed()
             self._notify()
 
     # ------------------------------------------------------------------ state
+
+    def _longest_running(self) -> float:
+        oldest = min(self._processing.values(), default=None)
+        return 0.0 if oldest is None else self.clock() - oldest
+
+    def _unfinished_work(self) -> float:
+        now = self.clock()
+        return sum(now - started for started in self._processing.values())
 
     def __len__(self) -> int:
         return len(self._queue)

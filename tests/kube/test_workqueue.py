@@ -161,7 +161,8 @@ async def test_sync_returning_a_delay_resyncs_the_key() -> None:
 
 async def test_metrics_count_adds_depth_retries_and_durations() -> None:
     registry = CollectorRegistry()
-    queue: WorkQueue[str] = WorkQueue("nodes", metrics=QueueMetrics(registry, prefix="x_"))
+    now = [100.0]
+    queue: WorkQueue[str] = WorkQueue("nodes", metrics=QueueMetrics(registry, prefix="x_"), clock=lambda: now[0])
 
     def sample(name: str) -> float | None:
         return registry.get_sample_value(name, {"name": "nodes"})
@@ -173,10 +174,14 @@ async def test_metrics_count_adds_depth_retries_and_durations() -> None:
     assert sample("x_workqueue_depth") == 2 and sample("x_workqueue_adds_total") == 2
     key = await queue.get()
     assert sample("x_workqueue_depth") == 1
+    now[0] += 7.0  # held for 7 s: visible while held, not only once done
+    assert sample("x_workqueue_longest_running_processor_seconds") == 7.0
+    assert sample("x_workqueue_unfinished_work_seconds") == 7.0
     assert sample("x_workqueue_queue_duration_seconds_count") == 1
     assert key is not None
     queue.done(key)
     assert sample("x_workqueue_work_duration_seconds_count") == 1
+    assert sample("x_workqueue_longest_running_processor_seconds") == 0
     queue.add_rate_limited("c")
     assert sample("x_workqueue_retries_total") == 1
     queue.shut_down()
