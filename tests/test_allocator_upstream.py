@@ -1689,7 +1689,152 @@ TAINTS = [
     ),
 ]
 
-CASES = [*BASICS, *ALL_MODE, *ADMIN, *NODES, *CONSTRAINTS, *INPUT, *PRIORITIZED, *PARTITIONABLE, *TAINTS]
+# ----------------------------------------------------------------------------- consumable capacity
+
+CC = ("ConsumableCapacity",)
+_MULTI_CLASS = [klass(CLASS_A, DRIVER_A, f'device.driver == "{DRIVER_A}" && device.allowMultipleAllocations == true')]
+_NO_CC = (
+    "ours does not implement DRAConsumableCapacity sharing: a device with allowMultipleAllocations is "
+    "held whole by one claim and capacity requests are not consumed (search.py/pools.py)"
+)
+_CAP_IGNORED = (
+    "ours ignores exactly.capacity.requests (claims.py does not read them, search.py never checks "
+    "them against the device's capacity or requestPolicy), so the device is allocated"
+)
+
+
+def _cap_request(name: str, quantity: str | None = None, cls: str = CLASS_A) -> Obj:
+    req = request(name, cls)
+    if quantity is not None:
+        req["exactly"]["capacity"] = {"requests": {"capacity-0": quantity}}
+    return req
+
+
+def _multi(name: str, capacity: dict[str, Obj] | None = None) -> Obj:
+    out: Obj = {"name": name, "allowMultipleAllocations": True}
+    if capacity:
+        out["capacity"] = capacity
+    return out
+
+
+def _range(value: str) -> dict[str, Obj]:
+    policy = {"default": "2", "validRange": {"min": "2", "step": "2", "max": "4"}}
+    return {"capacity-0": {"value": value, "requestPolicy": policy}}
+
+
+def _one_multi(*devs: Obj) -> list[Obj]:
+    return [rslice("slice-1", NODE1, POOL1, DRIVER_A, *devs)]
+
+
+def _two_claims(quantity0: str | None = None, quantity1: str | None = None) -> list[Obj]:
+    return [claim(CLAIM0, _cap_request("req-0", quantity0)), claim(CLAIM1, _cap_request("req-0", quantity1))]
+
+
+_BOTH_DEVICE_1 = picks_a("req-0", "device-1") + picks_a("req-0", "device-1", claim_name=CLAIM1)
+CONSUMABLE = [
+    case(
+        "consumable-capacity-multi-allocatable-device-with-missing-capacity-request",
+        Case(
+            [claim(CLAIM0, _cap_request("req-0", "1"))],
+            _one_multi(_multi("device-1", {"capacity-1": {"value": "1"}})),
+            features=CC,
+        ),
+        xfail(_CAP_IGNORED),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-without-capacity-without-capacity-request",
+        Case(_two_claims(), _one_multi(_multi("device-1")), classes=_MULTI_CLASS, features=CC, expect=_BOTH_DEVICE_1),
+        xfail(_NO_CC),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-without-policy-without-capacity-request",
+        Case(
+            _two_claims(),
+            _one_multi(
+                _multi("device-1", {"capacity-0": {"value": "1"}}), _multi("device-2", {"capacity-0": {"value": "1"}})
+            ),
+            classes=_MULTI_CLASS,
+            features=CC,
+            expect=picks_a("req-0", "device-1") + picks_a("req-0", "device-2", claim_name=CLAIM1),
+        ),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-without-policy-without-capacity-request-block",
+        Case(
+            _two_claims(),
+            _one_multi(_multi("device-1", {"capacity-0": {"value": "2"}})),
+            classes=_MULTI_CLASS,
+            features=CC,
+        ),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-without-policy-with-capacity-request",
+        Case(
+            _two_claims("1", "1"),
+            _one_multi(_multi("device-1", {"capacity-0": {"value": "2"}})),
+            classes=_MULTI_CLASS,
+            features=CC,
+            expect=_BOTH_DEVICE_1,
+        ),
+        xfail(_NO_CC),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-with-policy-without-capacity-request",
+        Case(
+            _two_claims(),
+            _one_multi(_multi("device-1", _range("4"))),
+            classes=_MULTI_CLASS,
+            features=CC,
+            expect=_BOTH_DEVICE_1,
+        ),
+        xfail(_NO_CC),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-with-range-policy-step",
+        Case(
+            [claim(CLAIM0, _cap_request("req-0", "3"))],
+            _one_multi(_multi("device-1", _range("4"))),
+            classes=_MULTI_CLASS,
+            features=CC,
+            expect=picks_a("req-0", "device-1"),
+        ),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-with-request-over-max-sharing-policy",
+        Case(
+            [claim(CLAIM0, _cap_request("req-0", "6"))],
+            _one_multi(_multi("device-1", _range("10"))),
+            classes=_MULTI_CLASS,
+            features=CC,
+        ),
+        xfail(_CAP_IGNORED),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request",
+        Case(
+            _two_claims("1", "2"),
+            _one_multi(_multi("device-1", _range("2"))),
+            classes=_MULTI_CLASS,
+            features=CC,
+        ),
+    ),
+    case(
+        "consumable-capacity-multi-allocatable-device-violates-zero-request-policy",
+        Case(
+            [claim(CLAIM0, _cap_request("req-0", "1"))],
+            _one_multi(
+                _multi(
+                    "device-1", {"capacity-0": {"value": "1", "requestPolicy": {"default": "0", "validValues": ["0"]}}}
+                )
+            ),
+            classes=_MULTI_CLASS,
+            features=CC,
+        ),
+        xfail(_CAP_IGNORED),
+    ),
+]
+
+CASES = [*BASICS, *ALL_MODE, *ADMIN, *NODES, *CONSTRAINTS, *INPUT, *PRIORITIZED, *PARTITIONABLE, *TAINTS, *CONSUMABLE]
 
 
 @pytest.mark.parametrize("c", CASES)
