@@ -1423,10 +1423,6 @@ PARTITIONABLE = [
             ],
             expect=picks_a("req-0", "device-2"),
         ),
-        xfail(
-            "gate off: ours drops the sharedCounters slice (allocator._split_cluster), so pool-1 has 1 of 2 "
-            "slices and 1.35 skips it as incomplete; upstream keeps the slice and allocates device-2"
-        ),
     ),
     case(
         "partitionable-devices-disabled-per-device-node-selection",

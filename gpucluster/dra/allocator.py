@@ -341,8 +341,12 @@ def _split_cluster(
         kind = _kind(obj, index, "cluster object")
         if kind == "ResourceSlice":
             parsed = parse_slice(obj, index)
-            if not semantics.partitionable_devices and (parsed.shared_counters or parsed.per_device):
-                continue  # GatherPools ignores them with DRAPartitionableDevices off
+            # GatherPools with DRAPartitionableDevices off: up to 1.34 it skips slices with shared
+            # counters or per-device node selection; from 1.35 (counter sets in their own slices)
+            # only the latter, so a counter-set slice still counts towards its pool being complete.
+            skipped = parsed.per_device or (parsed.shared_counters and not semantics.pool_counters)
+            if not semantics.partitionable_devices and skipped:
+                continue
             check_slice_for_version(parsed, semantics)
             slices.append((index, parsed))
         elif kind == "DeviceClass":

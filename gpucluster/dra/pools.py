@@ -487,11 +487,13 @@ def _pool_135(
     sets: CounterSets = {}
     if not semantics.partitionable_devices:
         # buildPool: without DRAPartitionableDevices counters are not validated (nor used).
+        reason = _duplicate_device(list(slices))
         if reason:
             pool.invalid = reason
             return pool
-        pool.slices = device_slices
-        pool.has_binding_conditions = any(s.has_binding_conditions for s in device_slices)
+        # Every slice's devices; one that consumes counters is refused by the search (gated).
+        pool.slices = list(slices)
+        pool.has_binding_conditions = any(s.has_binding_conditions for s in slices)
         return pool
     if not reason:
         sets, reason = _counter_sets(counter_slices)
