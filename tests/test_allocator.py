@@ -1008,7 +1008,6 @@ def test_per_device_node_selection() -> None:
             "cluster",
         ),
         ([claim(exact(), kind="Pod")], [], "claim #0: kind: expected ResourceClaim or ResourceClaimTemplate", "claims"),
-        ([], [], "no ResourceClaim or ResourceClaimTemplate to explain", "claims"),
     ],
 )
 def test_bad_input_names_object_and_field(claims: list[Obj], cluster: list[Obj], message: str, source: str) -> None:
@@ -1016,6 +1015,11 @@ def test_bad_input_names_object_and_field(claims: list[Obj], cluster: list[Obj],
         explain(claims, [*cluster, device_class()])
     assert message in str(info.value)
     assert info.value.source == source
+
+
+def test_no_claims_allocate_nothing_as_upstream() -> None:
+    result = explain([], [rslice("s1", "n1", "p1", dev("d1")), device_class()])
+    assert result.satisfiable and [n.allocation for n in result.nodes] == [[]]
 
 
 def test_unknown_kubernetes_version() -> None:

@@ -2234,14 +2234,10 @@ _DUP_POOL1 = [
     rslice("slice-2", NODE1, POOL1, DRIVER_A, device("device-1"), count=2),
     rslice("slice-3", NODE1, POOL2, DRIVER_A, device("device-2")),
 ]
-_NO_CLAIMS = (
-    "explain() refuses an empty claim list (allocator.py: 'no ResourceClaim or ResourceClaimTemplate to "
-    "explain', an AllocatorInputError); upstream's Allocate returns no results and no error"
-)
 _INVALID = {"expect": NODE_ERROR, "error": "invalid resource pools were encountered"}
 REST = [
-    case("empty", Case([], classes=[], expect=[]), xfail(_NO_CLAIMS)),
-    case("no-claims-to-allocate", Case([], ONE_SLICE_A, expect=[]), xfail(_NO_CLAIMS)),
+    case("empty", Case([], classes=[], expect=[])),
+    case("no-claims-to-allocate", Case([], ONE_SLICE_A, expect=[])),
     case(
         "with-class-device-config-with-multiple-request-and-configs",
         Case(

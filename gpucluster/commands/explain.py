@@ -113,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
         gates.resolve(version, feature_gates)
     except AllocatorInputError as exc:
         raise InputError(f"--feature-gates: {exc}") from None
+    if not claims:  # the library allocates nothing then (as upstream does); the command has nothing to say
+        raise InputError(
+            f"{_name(args.claim) if args.claim else args.target}: no ResourceClaim or ResourceClaimTemplate to explain"
+        )
     try:
         result = explain(claims, cluster, node=args.node, kubernetes_version=version, feature_gates=feature_gates)
     except AllocatorInputError as exc:

@@ -400,8 +400,6 @@ def explain(
     except AllocatorInputError as exc:
         raise AllocatorInputError(str(exc), "cluster") from None
 
-    if not claims:
-        raise AllocatorInputError("no ResourceClaim or ResourceClaimTemplate to explain", "claims")
     specs: list[ClaimSpec] = []
     for index, obj in enumerate(claims):
         try:
