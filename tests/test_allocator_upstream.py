@@ -1693,10 +1693,6 @@ _NO_CC = (
     "ours does not implement DRAConsumableCapacity sharing: a device with allowMultipleAllocations is "
     "held whole by one claim and capacity requests are not consumed (search.py/pools.py)"
 )
-_CAP_IGNORED = (
-    "ours ignores exactly.capacity.requests (claims.py does not read them, search.py never checks "
-    "them against the device's capacity or requestPolicy), so the device is allocated"
-)
 
 
 def _cap_request(name: str, quantity: str | None = None, cls: str = CLASS_A) -> Obj:
@@ -1735,7 +1731,6 @@ CONSUMABLE = [
             _one_multi(_multi("device-1", {"capacity-1": {"value": "1"}})),
             features=CC,
         ),
-        xfail(_CAP_IGNORED),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-without-capacity-without-capacity-request",
@@ -1803,7 +1798,6 @@ CONSUMABLE = [
             classes=_MULTI_CLASS,
             features=CC,
         ),
-        xfail(_CAP_IGNORED),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-exceeded-consumable-capacity-request",
@@ -1826,7 +1820,6 @@ CONSUMABLE = [
             classes=_MULTI_CLASS,
             features=CC,
         ),
-        xfail(_CAP_IGNORED),
     ),
 ]
 
@@ -2542,10 +2535,6 @@ REST = [
 
 # The consumable-capacity cases before "...-with-allocated-capacity-use-remaining" the CONSUMABLE
 # list does not hold yet.
-_NO_CC_GATE_CHECK = (
-    "ours ignores capacity requests, so it does not refuse them with DRAConsumableCapacity off "
-    "(claims.py does not read exactly.capacity); the device is allocated"
-)
 CONSUMABLE_MORE = [
     case(
         "consumable-capacity-disabled-feature",
@@ -2556,7 +2545,6 @@ CONSUMABLE_MORE = [
             expect=ERROR,
             error="has capacity requests, but the DRAConsumableCapacity feature is disabled",
         ),
-        xfail(_NO_CC_GATE_CHECK),
     ),
     case(
         "consumable-capacity-disabled-feature-with-prioritized-list",
@@ -2570,7 +2558,6 @@ CONSUMABLE_MORE = [
             expect=ERROR,
             error="has capacity requests, but the DRAConsumableCapacity feature is disabled",
         ),
-        xfail(_NO_CC_GATE_CHECK),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-allocation-mode-all-with-missing-capacity-request",
@@ -2580,7 +2567,6 @@ CONSUMABLE_MORE = [
             classes=_MULTI_CLASS,
             features=CC,
         ),
-        xfail(_CAP_IGNORED),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-zero-request-policy",

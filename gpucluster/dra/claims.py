@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Protocol
 
-from gpucluster.dra.model import AllocatorInputError, object_ref
+from gpucluster.dra.model import AllocatorInputError, object_ref, parse_quantity
 
 
 class SelectorProgram(Protocol):
@@ -68,6 +69,8 @@ class RequestSpec:
     tolerations: tuple[Toleration, ...]
     path: str  # field path, for messages
     admin_access_set: bool = False  # adminAccess given, true or false (hasAdminAccess upstream)
+    # capacity.requests (DRAConsumableCapacity): name as written -> exact amount; None: no capacity field.
+    capacity: tuple[tuple[str, Fraction], ...] | None = None
 
     @property
     def full_name(self) -> str:
@@ -209,6 +212,7 @@ def _parse_request_body(
     admin = raw.get("adminAccess")
     if admin is not None and not isinstance(admin, bool):
         raise AllocatorInputError(f"{label}: {where}.adminAccess: must be a boolean")
+    capacity = _parse_capacity(raw.get("capacity"), f"{where}.capacity", label)
     return RequestSpec(
         name=name,
         parent=parent,
@@ -220,7 +224,26 @@ def _parse_request_body(
         admin_access_set=admin is not None,
         tolerations=_parse_tolerations(raw.get("tolerations"), f"{where}.tolerations", label),
         path=where,
+        capacity=capacity,
     )
+
+
+def _parse_capacity(raw: Any, where: str, label: str) -> tuple[tuple[str, Fraction], ...] | None:
+    """``capacity.requests`` of a request (CapacityRequirements)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise AllocatorInputError(f"{label}: {where}: must be an object")
+    requests = raw.get("requests") or {}
+    if not isinstance(requests, Mapping):
+        raise AllocatorInputError(f"{label}: {where}.requests: must map capacity names to quantities")
+    out = []
+    for name, value in requests.items():
+        amount = parse_quantity(value, f"{label}: {where}.requests[{name}]")
+        if amount < 0:
+            raise AllocatorInputError(f"{label}: {where}.requests[{name}]: must not be negative")
+        out.append((str(name), amount))
+    return tuple(out)
 
 
 def _name(raw: Any, where: str, label: str) -> str:

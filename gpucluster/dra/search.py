@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from gpucluster.dra import capacity
 from gpucluster.dra.claims import ClaimSpec, ConstraintSpec, DeviceClassInfo, RequestSpec, Selector
 from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInfo, Semantics
 from gpucluster.dra.pools import Device, Pool, Slice
@@ -428,6 +429,16 @@ class NodeSearch:
                 return f"taint {taint} not tolerated"
         return ""
 
+    def _capacity_reason(self, req: _Req, entry: _Entry) -> str:
+        """Why one allocation of a device that allows multiple allocations cannot serve the
+        request's capacity (:mod:`gpucluster.dra.capacity`); "" for other devices."""
+        s, d = entry.slice, entry.device
+        assert s is not None and d is not None
+        raw = s.raw["spec"]["devices"][d.index]
+        if raw.get("allowMultipleAllocations") is not True:
+            return ""
+        return capacity.unfit(raw, s.driver, req.spec.capacity)
+
     def _constraint_reason(self, req: _Req, d: Device) -> str:
         for c in req.constraints:
             value = value_of(d, c.spec.attribute)
@@ -454,6 +465,10 @@ class NodeSearch:
         result = self._selectors(req, s, d)
         if result is not None:
             return result
+        if self.sem.consumable_capacity and not all_mode:
+            reason = self._capacity_reason(req, entry)
+            if reason:
+                return reason
         if s.per_device and not d.available_on(self.node):
             return "not available on this node (perDeviceNodeSelection)"
         if check_use:
@@ -565,6 +580,14 @@ class NodeSearch:
             if busy:
                 if self.record:
                     self._note_in_use(req, entry)
+                return False
+        if must and self.sem.consumable_capacity:
+            # allocationMode All takes every matching device: one whose capacity cannot serve the
+            # request fails the request (ExactCount passed such devices over in _static).
+            reason = self._capacity_reason(req, entry)
+            if reason:
+                if self.record:
+                    self._note(req, entry, reason)
                 return False
         if d.consumes:
             reason = self._take_counters(entry) if self.sem.partitionable_devices else _COUNTERS_GATED
@@ -953,6 +976,12 @@ class NodeSearch:
                         "feature is disabled"
                     )
                 for spec in group.alternatives:
+                    if spec.capacity is not None and not self.sem.consumable_capacity:
+                        which = f"subrequest {spec.name}" if spec.parent else f"request {spec.name}"
+                        raise FatalError(
+                            f"claim {claim.ref}, {which}: has capacity requests, but the DRAConsumableCapacity "
+                            "feature is disabled"
+                        )
                     if spec.admin_access_set and not self.sem.admin_access:
                         raise FatalError(
                             f"claim {claim.ref}, request {spec.name}: admin access is requested, but the feature "

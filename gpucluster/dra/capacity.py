@@ -1,0 +1,138 @@
+"""Consumable capacity (DRAConsumableCapacity): what one request would consume of a device that
+allows multiple allocations, and whether the device's request policy allows it (pure).
+
+As upstream's ``consumable_capacity.go``: a request's capacity names resolve against the
+device's capacity (an unqualified name is the driver's own, ``<driver>/x`` and ``x`` are one
+name; another domain only by its qualified name); a name the device lacks means the device does
+not fit. For every capacity of the device the consumed amount is the request rounded up by the
+capacity's ``requestPolicy`` (``validRange``: to ``min``, then to a ``step`` above it;
+``validValues``: to the next listed value), or, with no request, the policy's ``default`` or the
+whole capacity. The amount must not violate the policy and must fit the capacity. Amounts are
+exact fractions, so no milli-value or int64 arithmetic is involved.
+
+Sharing one device among several allocations (accounting what other claims consume) is not
+implemented: such a device is allocated once, as without the feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from gpucluster.dra.model import AllocatorInputError, parse_quantity
+
+Requests = Sequence[tuple[str, Fraction]]
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def _device_capacity(device: Mapping[str, Any], driver: str) -> dict[str, Mapping[str, Any]]:
+    """Capacity by fully-qualified name; an entry qualified with the driver's domain wins over
+    an unqualified one of the same identifier."""
+    raw = device.get("capacity") or {}
+    out: dict[str, Mapping[str, Any]] = {}
+    for name, cap in raw.items():
+        if str(name).startswith(driver + "/") and isinstance(cap, Mapping):
+            out[str(name)] = cap
+    for name, cap in raw.items():
+        key = _qualified(str(name), driver)
+        if key not in out and isinstance(cap, Mapping):
+            out[key] = cap
+    return out
+
+
+def _resolve(name: str, driver: str, raw: Mapping[str, Any]) -> str | None:
+    if name in raw:
+        return _qualified(name, driver)
+    domain, _, ident = name.partition("/")
+    if ident:
+        return name if domain == driver and ident in raw else None
+    qualified = f"{driver}/{name}"
+    return qualified if qualified in raw else None
+
+
+def _q(value: Any, where: str) -> Fraction:
+    return parse_quantity(value, where)
+
+
+def consumed(requested: Fraction | None, total: Fraction, policy: Mapping[str, Any] | None, where: str) -> Fraction:
+    """``calculateConsumedQuantity``: what a request (None: none) consumes of one capacity."""
+    if requested is None:
+        if policy and policy.get("default") is not None:
+            return _q(policy["default"], f"{where}.requestPolicy.default")
+        return total
+    if not policy:
+        return requested
+    valid_range = policy.get("validRange")
+    if isinstance(valid_range, Mapping) and valid_range.get("min") is not None:
+        low = _q(valid_range["min"], f"{where}.requestPolicy.validRange.min")
+        if requested < low:
+            return low
+        if valid_range.get("step") is None:
+            return requested
+        step = _q(valid_range["step"], f"{where}.requestPolicy.validRange.step")
+        if step <= 0:
+            raise AllocatorInputError(f"{where}.requestPolicy.validRange.step: must be greater than zero")
+        steps = -((low - requested) // step)  # ceil((requested - low) / step)
+        return low + step * steps
+    values = policy.get("validValues")
+    if isinstance(values, list) and values:
+        for value in values:
+            amount = _q(value, f"{where}.requestPolicy.validValues")
+            if requested <= amount:
+                return amount
+    return requested
+
+
+def violates(amount: Fraction, policy: Mapping[str, Any] | None, where: str) -> bool:
+    """``violatesPolicy``."""
+    if not policy:
+        return False
+    if policy.get("default") is not None and amount == _q(policy["default"], f"{where}.requestPolicy.default"):
+        return False
+    valid_range = policy.get("validRange")
+    if isinstance(valid_range, Mapping):
+        if valid_range.get("max") is not None and amount > _q(valid_range["max"], f"{where}.requestPolicy.max"):
+            return True
+        if valid_range.get("step") is not None:
+            step = _q(valid_range["step"], f"{where}.requestPolicy.validRange.step")
+            low = _q(valid_range.get("min") or 0, f"{where}.requestPolicy.validRange.min")
+            if step > 0 and (amount - low) % step != 0:
+                return True
+        return False
+    values = policy.get("validValues")
+    if isinstance(values, list) and values:
+        return all(amount != _q(v, f"{where}.requestPolicy.validValues") for v in values)
+    return False
+
+
+def unfit(device: Mapping[str, Any], driver: str, requests: Requests | None) -> str:
+    """Why one allocation of ``device`` cannot serve these capacity requests ("" when it can)."""
+    raw = device.get("capacity") or {}
+    if not isinstance(raw, Mapping):
+        return ""
+    resolved: dict[str, Fraction] = {}
+    for name, amount in requests or ():
+        key = _resolve(name, driver, raw)
+        if key is None:
+            return f"does not have the requested capacity {name}"
+        if key in resolved:
+            raise AllocatorInputError(f"capacity {key.partition('/')[2] or key} requested twice (as {name} too)")
+        resolved[key] = amount
+    for key, cap in _device_capacity(device, driver).items():
+        where = f"device {device.get('name')}: capacity {key}"
+        total = _q(cap.get("value"), f"{where}.value")
+        policy = cap.get("requestPolicy") if isinstance(cap.get("requestPolicy"), Mapping) else None
+        amount = consumed(resolved.get(key), total, policy, where)
+        if violates(amount, policy, where):
+            return f"capacity {key}: {_show(amount)} is not allowed by its requestPolicy"
+        if amount > total:
+            return f"capacity {key}: needs {_show(amount)}, has {_show(total)}"
+    return ""
+
+
+def _show(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
