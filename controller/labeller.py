@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.nodes import GPU_DRIVER, label_patch, nodes_with_claims
+from controller.nodes import label_patch, nodes_with_claims
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.kube.client import KubeError
 from gpucluster.kube.reflector import strip_managed_fields
@@ -27,12 +27,6 @@ Write = Callable[..., Awaitable[KubeObject]]
 
 def _in_use(state: ClusterState) -> set[str]:
     return state.derived("nodes-with-claims", lambda s: nodes_with_claims(s.list("ResourceClaim")), ["ResourceClaim"])
-
-
-def claim_nodes(claim: Mapping[str, Any]) -> set[str]:
-    """The nodes (pools) whose gpu.nvidia.com devices ``claim`` is allocated."""
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
-    return {str(r["pool"]) for r in results if isinstance(r, dict) and r.get("driver") == GPU_DRIVER and r.get("pool")}
 
 
 @dataclass

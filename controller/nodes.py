@@ -54,14 +54,16 @@ def label_patch(node: Mapping[str, Any], allocation_mode: str | None, claims_in_
     return patch
 
 
+def claim_nodes(claim: Mapping[str, Any]) -> set[str]:
+    """The nodes (pools) whose gpu.nvidia.com devices ``claim`` is allocated."""
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return {str(r["pool"]) for r in results if isinstance(r, dict) and r.get("driver") == GPU_DRIVER and r.get("pool")}
+
+
 def nodes_with_claims(claims: Iterable[Mapping[str, Any]]) -> set[str]:
     """Nodes whose gpu.nvidia.com devices are allocated to claims that pods hold (pool = node name)."""
     nodes: set[str] = set()
     for claim in claims:
-        status = claim.get("status") or {}
-        if not status.get("reservedFor"):
-            continue
-        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
-            if result.get("driver") == GPU_DRIVER and result.get("pool"):
-                nodes.add(str(result["pool"]))
+        if (claim.get("status") or {}).get("reservedFor"):
+            nodes |= claim_nodes(claim)
     return nodes

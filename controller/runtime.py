@@ -33,7 +33,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from controller.explain import REASON as EXPLAIN_REASON
 from controller.explain import Explainer
-from controller.labeller import NodeLabeller, claim_nodes
+from controller.labeller import NodeLabeller
+from controller.nodes import claim_nodes
 from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from controller.reconcile import Reconciler, owned_resources
 from controller.status import PERMISSION_DENIED
@@ -63,7 +64,6 @@ PENDING_PODS = Resource("Pod", "/api/v1/pods", field_selector="status.phase=Pend
 
 # What each pass runs, as the `reconciler` label names it.
 RECONCILERS = ("gpucluster", "nodes", "explanations", "stranded")
-QUEUES = ("gpucluster", "nodes", "pods")
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -192,16 +192,20 @@ class Controller:
         if self.labeller.wants(name):
             self.nodes.add(name)
 
+    def _all_nodes(self) -> None:
+        for node in self.state.list("Node"):
+            self._node(str(metadata(node).get("name")))
+
     def _all_pods(self) -> None:
         for pod in self.state.list("Pod"):
-            self.pods.add(_pod_key(pod))
+            self.pods.add(_object_key(pod))
 
     def _on_event(self, type_: str, obj: KubeObject) -> None:
         kind = str(obj.get("kind") or "")
         if kind == "Node":
             self._node(str(metadata(obj).get("name")))
         elif kind == "Pod":
-            self.pods.add(_pod_key(obj))
+            self.pods.add(_object_key(obj))
         elif kind == "Namespace":
             if metadata(obj).get("name") == self.namespace:
                 self.resync()
@@ -209,7 +213,7 @@ class Controller:
             self.resync()  # the inventory
             # A node's driver label stays while its devices are in use: look at the nodes of the
             # claim now and before (a deallocation clears them in one update).
-            key = _pod_key(obj)
+            key = _object_key(obj)
             nodes = set() if type_ == "DELETED" else claim_nodes(obj)
             for node in nodes | self._claim_nodes.pop(key, set()):
                 self._node(node)
@@ -230,15 +234,14 @@ class Controller:
         elif kind in ("ResourceSlice", "DeviceClass"):
             self.resync()
             self._all_pods()
-        else:  # GPUCluster, ClusterPolicy, the objects we own
+        else:  # ClusterPolicy, the objects we own
             self.resync()
 
     def _on_list(self, kind: str) -> None:
         if kind == "Node":
-            names = [str(metadata(node).get("name")) for node in self.state.list("Node")]
-            self.labeller.forget_except(set(names))  # nodes deleted while the watch was down
-            for name in names:
-                self._node(name)
+            # Nodes deleted while the watch was down are not waited for.
+            self.labeller.forget_except({str(metadata(node).get("name")) for node in self.state.list("Node")})
+            self._all_nodes()
         elif kind == "Pod":
             self._all_pods()
         else:
@@ -288,8 +291,7 @@ class Controller:
             ready = cluster is not None and (cluster.get("status") or {}).get("state") == "ready"
             self.metrics.ready.set(1 if ready else 0)
         if self.reconciler.active and not self._was_active:
-            for node in self.state.list("Node"):  # operands rendered: label the GPU nodes
-                self._node(str(metadata(node).get("name")))
+            self._all_nodes()  # operands rendered: label the GPU nodes
         self._was_active = self.reconciler.active
         await self._hold(started)
         return requeue
@@ -472,8 +474,9 @@ def _cluster_fingerprint(obj: KubeObject) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _pod_key(pod: KubeObject) -> str:
-    meta = metadata(pod)
+def _object_key(obj: KubeObject) -> str:
+    """``namespace/name``: the key of a pod (or claim) on the work queues."""
+    meta = metadata(obj)
     return f"{meta.get('namespace') or ''}/{meta.get('name')}"
 
 
