@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucluster.dra.model import SUPPORTED_VERSIONS
+from gpucluster.dra.gates import supported_version
 from gpucluster.errors import InputError
 from gpucluster.kube import predicates
 from gpucluster.kube.client import Kube, KubeError
@@ -131,7 +131,7 @@ async def _read(
         claims=claims,
         cluster=[*classes, *slices, *nodes, *in_use],
         subject=subject,
-        kubernetes_version=_version(version),
+        kubernetes_version=supported_version(version),
         restricted=restricted,
         notes=notes,
     )
@@ -183,13 +183,3 @@ async def _list(kube: Kube, path: str, kind: str, query: list[tuple[str, str]] |
         token = str((page.get("metadata") or {}).get("continue") or "")
         if not token:
             return items
-
-
-def _version(info: Mapping[str, Any]) -> str:
-    """The server's ``major.minor`` when the allocator follows it; the nearest supported otherwise."""
-    minor = "".join(ch for ch in str(info.get("minor", "")) if ch.isdigit())
-    found = f"{info.get('major', '1')}.{minor}"
-    if found in SUPPORTED_VERSIONS:
-        return found
-    newest = SUPPORTED_VERSIONS[-1]
-    return newest if minor and int(minor) > int(newest.split(".")[1]) else SUPPORTED_VERSIONS[0]
