@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucluster.commands import explain as explain_command
 from gpucluster.commands import match as match_command
 from gpucluster.errors import InputError
 from tests import test_allocator as t
+from tests.test_explain_cli import _write
 
 
 def _run(module: Any, *argv: str) -> int:
@@ -22,11 +22,6 @@ def _run(module: Any, *argv: str) -> int:
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code
-
-
-def _write(path: Path, objects: list[dict[str, Any]]) -> str:
-    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
-    return str(path)
 
 
 @pytest.fixture

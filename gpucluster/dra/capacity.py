@@ -54,26 +54,22 @@ def _resolve(name: str, driver: str, raw: Mapping[str, Any]) -> str | None:
     return qualified if qualified in raw else None
 
 
-def _q(value: Any, where: str) -> Fraction:
-    return parse_quantity(value, where)
-
-
 def consumed(requested: Fraction | None, total: Fraction, policy: Mapping[str, Any] | None, where: str) -> Fraction:
     """``calculateConsumedQuantity``: what a request (None: none) consumes of one capacity."""
     if requested is None:
         if policy and policy.get("default") is not None:
-            return _q(policy["default"], f"{where}.requestPolicy.default")
+            return parse_quantity(policy["default"], f"{where}.requestPolicy.default")
         return total
     if not policy:
         return requested
     valid_range = policy.get("validRange")
     if isinstance(valid_range, Mapping) and valid_range.get("min") is not None:
-        low = _q(valid_range["min"], f"{where}.requestPolicy.validRange.min")
+        low = parse_quantity(valid_range["min"], f"{where}.requestPolicy.validRange.min")
         if requested < low:
             return low
         if valid_range.get("step") is None:
             return requested
-        step = _q(valid_range["step"], f"{where}.requestPolicy.validRange.step")
+        step = parse_quantity(valid_range["step"], f"{where}.requestPolicy.validRange.step")
         if step <= 0:
             raise AllocatorInputError(f"{where}.requestPolicy.validRange.step: must be greater than zero")
         steps = -((low - requested) // step)  # ceil((requested - low) / step)
@@ -81,7 +77,7 @@ def consumed(requested: Fraction | None, total: Fraction, policy: Mapping[str, A
     values = policy.get("validValues")
     if isinstance(values, list) and values:
         for value in values:
-            amount = _q(value, f"{where}.requestPolicy.validValues")
+            amount = parse_quantity(value, f"{where}.requestPolicy.validValues")
             if requested <= amount:
                 return amount
     return requested
@@ -91,21 +87,25 @@ def violates(amount: Fraction, policy: Mapping[str, Any] | None, where: str) -> 
     """``violatesPolicy``."""
     if not policy:
         return False
-    if policy.get("default") is not None and amount == _q(policy["default"], f"{where}.requestPolicy.default"):
+    if policy.get("default") is not None and amount == parse_quantity(
+        policy["default"], f"{where}.requestPolicy.default"
+    ):
         return False
     valid_range = policy.get("validRange")
     if isinstance(valid_range, Mapping):
-        if valid_range.get("max") is not None and amount > _q(valid_range["max"], f"{where}.requestPolicy.max"):
+        if valid_range.get("max") is not None and amount > parse_quantity(
+            valid_range["max"], f"{where}.requestPolicy.max"
+        ):
             return True
         if valid_range.get("step") is not None:
-            step = _q(valid_range["step"], f"{where}.requestPolicy.validRange.step")
-            low = _q(valid_range.get("min") or 0, f"{where}.requestPolicy.validRange.min")
+            step = parse_quantity(valid_range["step"], f"{where}.requestPolicy.validRange.step")
+            low = parse_quantity(valid_range.get("min") or 0, f"{where}.requestPolicy.validRange.min")
             if step > 0 and (amount - low) % step != 0:
                 return True
         return False
     values = policy.get("validValues")
     if isinstance(values, list) and values:
-        return all(amount != _q(v, f"{where}.requestPolicy.validValues") for v in values)
+        return all(amount != parse_quantity(v, f"{where}.requestPolicy.validValues") for v in values)
     return False
 
 
@@ -124,7 +124,7 @@ def unfit(device: Mapping[str, Any], driver: str, requests: Requests | None) -> 
         resolved[key] = amount
     for key, cap in _device_capacity(device, driver).items():
         where = f"device {device.get('name')}: capacity {key}"
-        total = _q(cap.get("value"), f"{where}.value")
+        total = parse_quantity(cap.get("value"), f"{where}.value")
         policy = cap.get("requestPolicy") if isinstance(cap.get("requestPolicy"), Mapping) else None
         amount = consumed(resolved.get(key), total, policy, where)
         if violates(amount, policy, where):

@@ -63,10 +63,6 @@ class _Seen:
     count: int
 
 
-def _timestamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 class EventRecorder:
     """Records Events for one component (``source.component``) through ``sink``."""
 
@@ -75,8 +71,8 @@ class EventRecorder:
         sink: EventSink,
         component: str,
         *,
+        now: Callable[[], str],  # the Events' timestamps: the caller's clock (the API's, or the sandbox's)
         clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], str] = _timestamp,
         instance: str = "",
     ) -> None:
         self.sink = sink
