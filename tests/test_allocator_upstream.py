@@ -1689,10 +1689,6 @@ TAINTS = [
 
 CC = ("ConsumableCapacity",)
 _MULTI_CLASS = [klass(CLASS_A, DRIVER_A, f'device.driver == "{DRIVER_A}" && device.allowMultipleAllocations == true')]
-_NO_CC = (
-    "ours does not implement DRAConsumableCapacity sharing: a device with allowMultipleAllocations is "
-    "held whole by one claim and capacity requests are not consumed (search.py/pools.py)"
-)
 
 
 def _cap_request(name: str, quantity: str | None = None, cls: str = CLASS_A) -> Obj:
@@ -1735,7 +1731,6 @@ CONSUMABLE = [
     case(
         "consumable-capacity-multi-allocatable-device-without-capacity-without-capacity-request",
         Case(_two_claims(), _one_multi(_multi("device-1")), classes=_MULTI_CLASS, features=CC, expect=_BOTH_DEVICE_1),
-        xfail(_NO_CC),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-without-policy-without-capacity-request",
@@ -1767,7 +1762,6 @@ CONSUMABLE = [
             features=CC,
             expect=_BOTH_DEVICE_1,
         ),
-        xfail(_NO_CC),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-policy-without-capacity-request",
@@ -1778,7 +1772,6 @@ CONSUMABLE = [
             features=CC,
             expect=_BOTH_DEVICE_1,
         ),
-        xfail(_NO_CC),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-range-policy-step",
@@ -1918,7 +1911,6 @@ DISTINCT = [
                 *picks_a("req-2/subReq-0", "device-1"),
             ],
         ),
-        xfail(_NO_CC + "; req-2 cannot get device-1 a second time, so the claim does not fit"),
     ),
     case(
         "distinct-constraint-one-multi-allocatable-device-with-distinct-constraint",
@@ -2581,7 +2573,6 @@ CONSUMABLE_MORE = [
             features=CC,
             expect=_BOTH_DEVICE_1,
         ),
-        xfail(_NO_CC),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-range-policy-with-capacity-request",
@@ -2592,7 +2583,6 @@ CONSUMABLE_MORE = [
             features=CC,
             expect=_BOTH_DEVICE_1,
         ),
-        xfail(_NO_CC),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-valid-values-policy",

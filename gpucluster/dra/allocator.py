@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from gpucluster.dra import cel
@@ -41,6 +42,7 @@ from gpucluster.dra.model import (
     Semantics,
     node_from_object,
     object_ref,
+    parse_quantity,
 )
 from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice
 from gpucluster.dra.search import DEFAULT_DEADLINE_MS, DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
@@ -88,9 +90,16 @@ class AllocatedDevice:
     pool: str
     device: str
     claim: str = ""  # namespace/name of the claim the device is for
+    # DRAConsumableCapacity: one allocation of a device that allows multiple allocations (the
+    # scheduler gives it a shareID), and what it consumes by capacity name as the device publishes it.
+    shared: bool = False
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, str]:
-        return {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+        if self.consumed_capacity:
+            out["consumedCapacity"] = dict(self.consumed_capacity)
+        return out
 
 
 @dataclass(slots=True)
@@ -280,9 +289,15 @@ def _claim_key(obj: Mapping[str, Any]) -> str:
     return object_ref(obj)
 
 
-def _in_use(allocated: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[DeviceKey, str]:
-    """Devices held by allocated claims (admin-access results do not hold their device)."""
+def _in_use(
+    allocated: Sequence[Mapping[str, Any]], skip: set[str], consumable: bool
+) -> tuple[dict[DeviceKey, str], dict[DeviceKey, dict[str, Fraction]]]:
+    """Devices held by allocated claims, and (DRAConsumableCapacity) what their shared
+    allocations consume, as kube-scheduler gathers its allocated state: an admin-access result
+    holds nothing; with the gate on, a result with a ``shareID`` is one allocation of a shared
+    device and adds its ``consumedCapacity``; any other result holds the device whole."""
     held: dict[DeviceKey, str] = {}
+    consumed: dict[DeviceKey, dict[str, Fraction]] = {}
     for claim in allocated:
         ref = _claim_key(claim)
         if ref in skip:
@@ -305,8 +320,19 @@ def _in_use(allocated: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[Devi
                 raise AllocatorInputError(
                     f"ResourceClaim {ref}: status.allocation.devices.results[{i}]: driver, pool and device are required"
                 )
-            held.setdefault((str(key[0]), str(key[1]), str(key[2])), ref)
-    return held
+            device_key = (str(key[0]), str(key[1]), str(key[2]))
+            if consumable and result.get("shareID") is not None:
+                where = f"ResourceClaim {ref}: status.allocation.devices.results[{i}].consumedCapacity"
+                amounts = result.get("consumedCapacity") or {}
+                if not isinstance(amounts, Mapping):
+                    raise AllocatorInputError(f"{where}: must map capacity names to quantities")
+                used = consumed.setdefault(device_key, {})
+                for name, value in amounts.items():
+                    qualified = str(name) if "/" in str(name) else f"{device_key[0]}/{name}"
+                    used[qualified] = used.get(qualified, Fraction(0)) + parse_quantity(value, f"{where}.{name}")
+                continue
+            held.setdefault(device_key, ref)
+    return held, consumed
 
 
 def _pool_notes(pools: Sequence[Pool], semantics: Semantics) -> list[str]:
@@ -460,11 +486,17 @@ def explain(
         else:
             shared.append((order, s))
 
+    held, consumed = (
+        ({}, {})
+        if assume_empty
+        else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}, semantics.consumable_capacity)
+    )
     ctx = ExplainContext(
         claims=specs,
         classes=classes,
         semantics=semantics,
-        in_use={} if assume_empty else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}),
+        in_use=held,
+        consumed=consumed,
         views=backend.views,
         runtime_error=backend.runtime_error,
         max_steps=max_steps,
@@ -481,9 +513,17 @@ def explain(
         if outcome.fatal and outcome.fatal not in fatal:
             fatal.append(outcome.fatal)
         allocation = [
-            AllocatedDevice(request, driver, pool, device, claim=specs[ci].ref)
+            AllocatedDevice(
+                request,
+                driver,
+                pool,
+                device,
+                claim=specs[ci].ref,
+                shared=used is not None,
+                consumed_capacity=used or {},
+            )
             for ci, chosen in enumerate(outcome.allocation)
-            for request, driver, pool, device in chosen
+            for request, driver, pool, device, used in chosen
         ]
         reasons = list(outcome.reasons)
         for report in outcome.requests:

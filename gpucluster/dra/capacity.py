@@ -7,20 +7,22 @@ name; another domain only by its qualified name); a name the device lacks means 
 not fit. For every capacity of the device the consumed amount is the request rounded up by the
 capacity's ``requestPolicy`` (``validRange``: to ``min``, then to a ``step`` above it;
 ``validValues``: to the next listed value), or, with no request, the policy's ``default`` or the
-whole capacity. The amount must not violate the policy and must fit the capacity. Amounts are
-exact fractions, so no milli-value or int64 arithmetic is involved.
-
-Sharing one device among several allocations (accounting what other claims consume) is not
-implemented: such a device is allocated once, as without the feature.
+whole capacity. The amount must not violate the policy and, with what other allocations of the
+device already consume (claims allocated before, and the requests of this search), must fit
+the capacity. Every device is checked so; only a device that allows multiple allocations is
+shared, and only its allocations record what they consume. Amounts are exact fractions, so no
+milli-value or int64 arithmetic is involved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from gpucluster.dra.model import AllocatorInputError, parse_quantity
+from gpucluster.dra.quantity import Format, Quantity
 
 Requests = Sequence[tuple[str, Fraction]]
 
@@ -29,18 +31,18 @@ def _qualified(name: str, driver: str) -> str:
     return name if "/" in name else f"{driver}/{name}"
 
 
-def _device_capacity(device: Mapping[str, Any], driver: str) -> dict[str, Mapping[str, Any]]:
-    """Capacity by fully-qualified name; an entry qualified with the driver's domain wins over
-    an unqualified one of the same identifier."""
+def _device_capacity(device: Mapping[str, Any], driver: str) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Capacity by fully-qualified name (with the name as published); an entry qualified with the
+    driver's domain wins over an unqualified one of the same identifier."""
     raw = device.get("capacity") or {}
-    out: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for name, cap in raw.items():
         if str(name).startswith(driver + "/") and isinstance(cap, Mapping):
-            out[str(name)] = cap
+            out[str(name)] = (str(name), cap)
     for name, cap in raw.items():
         key = _qualified(str(name), driver)
         if key not in out and isinstance(cap, Mapping):
-            out[key] = cap
+            out[key] = (str(name), cap)
     return out
 
 
@@ -109,11 +111,42 @@ def violates(amount: Fraction, policy: Mapping[str, Any] | None, where: str) -> 
     return False
 
 
-def unfit(device: Mapping[str, Any], driver: str, requests: Requests | None) -> str:
-    """Why one allocation of ``device`` cannot serve these capacity requests ("" when it can)."""
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one allocation of a device takes of each of its capacities (by fully-qualified name)."""
+
+    amounts: Mapping[str, Fraction]
+    totals: Mapping[str, Fraction]
+    published: Mapping[str, str]  # fully-qualified name -> the name as the device publishes it
+    formats: Mapping[str, Format]  # fully-qualified name -> the quantity format of the capacity's value
+
+    def over(self, used: Mapping[str, Fraction] | None) -> str:
+        """Why this allocation does not fit next to ``used`` ("" if it does)."""
+        for key, amount in self.amounts.items():
+            already = used.get(key, _ZERO) if used else _ZERO
+            total = self.totals[key]
+            if amount + already > total:
+                fmt = self.formats[key]
+                need, have = _quantity(amount, fmt), _quantity(total, fmt)
+                if already:
+                    return f"capacity {key}: needs {need}, {_quantity(total - already, fmt)} of {have} left"
+                return f"capacity {key}: needs {need}, has {have}"
+        return ""
+
+    def consumed_capacity(self) -> dict[str, str]:
+        """The allocation result's ``consumedCapacity``: published name -> quantity."""
+        return {self.published[key]: _quantity(amount, self.formats[key]) for key, amount in self.amounts.items()}
+
+
+_ZERO = Fraction(0)
+
+
+def demand(device: Mapping[str, Any], driver: str, requests: Requests | None) -> Demand | str:
+    """What one allocation of ``device`` consumes for these capacity requests, or why the device
+    cannot serve them at all (a capacity it lacks, an amount its requestPolicy does not allow)."""
     raw = device.get("capacity") or {}
     if not isinstance(raw, Mapping):
-        return ""
+        return Demand({}, {}, {}, {})
     resolved: dict[str, Fraction] = {}
     for name, amount in requests or ():
         key = _resolve(name, driver, raw)
@@ -122,16 +155,41 @@ def unfit(device: Mapping[str, Any], driver: str, requests: Requests | None) -> 
         if key in resolved:
             raise AllocatorInputError(f"capacity {key.partition('/')[2] or key} requested twice (as {name} too)")
         resolved[key] = amount
-    for key, cap in _device_capacity(device, driver).items():
+    amounts: dict[str, Fraction] = {}
+    totals: dict[str, Fraction] = {}
+    published: dict[str, str] = {}
+    formats: dict[str, Format] = {}
+    for key, (name, cap) in _device_capacity(device, driver).items():
         where = f"device {device.get('name')}: capacity {key}"
-        total = parse_quantity(cap.get("value"), f"{where}.value")
+        value = cap.get("value")
+        total = parse_quantity(value, f"{where}.value")
         policy = cap.get("requestPolicy") if isinstance(cap.get("requestPolicy"), Mapping) else None
         amount = consumed(resolved.get(key), total, policy, where)
         if violates(amount, policy, where):
             return f"capacity {key}: {_show(amount)} is not allowed by its requestPolicy"
-        if amount > total:
-            return f"capacity {key}: needs {_show(amount)}, has {_show(total)}"
-    return ""
+        amounts[key] = amount
+        totals[key] = total
+        published[key] = name
+        formats[key] = Quantity.parse(value).format if isinstance(value, str) else "DecimalSI"
+    return Demand(amounts, totals, published, formats)
+
+
+def unfit(
+    device: Mapping[str, Any], driver: str, requests: Requests | None, used: Mapping[str, Fraction] | None = None
+) -> str:
+    """Why one allocation of ``device`` cannot serve these capacity requests next to what ``used``
+    already takes of it ("" when it can)."""
+    found = demand(device, driver, requests)
+    return found if isinstance(found, str) else found.over(used)
+
+
+def _quantity(amount: Fraction, fmt: Format) -> str:
+    if amount.denominator == 1:
+        return Quantity.from_int(amount.numerator, fmt).canonical()
+    nanos = amount * 1_000_000_000
+    if nanos.denominator == 1:
+        return Quantity.parse(f"{nanos.numerator}n").canonical()
+    return str(float(amount))
 
 
 def _show(value: Fraction) -> str:

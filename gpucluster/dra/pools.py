@@ -56,6 +56,7 @@ class Device:
     node_selector: NodeSelector | None = None
     ident: str = ""  # "driver/pool/device", as explanations name it
     plain: bool = True  # no taints, consumes no counters
+    multi: bool = False  # allowMultipleAllocations: shared among allocations with DRAConsumableCapacity
     # attribute name -> comparable value, filled by the allocator's constraints (see search.value_of)
     values: dict[str, Any] | None = None
 
@@ -254,6 +255,7 @@ def parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
                 node_name=_str(d.get("nodeName"), f"{where}.nodeName", required=False),
                 all_nodes=d.get("allNodes") is True,
                 node_selector=dev_selector,
+                multi=d.get("allowMultipleAllocations") is True,
             )
         )
     return Slice(
@@ -298,6 +300,7 @@ def _plain_device(d: Any, driver: str, pool: str, index: int) -> Device | None:
         taints=(),
         consumes=(),
         has_binding_conditions=False,
+        multi=d.get("allowMultipleAllocations") is True,
     )
 
 

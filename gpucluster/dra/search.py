@@ -56,6 +56,9 @@ from gpucluster.dra.quantity import Quantity
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 _COUNTERS_GATED = "consumes counters, but DRAPartitionableDevices is off"
 
+_SHARED_WEIGHT = 1 << 20
+"""What a usable shared device counts for in the count bound: more than any request needs."""
+
 DEFAULT_MAX_STEPS = 1_000_000
 """Search steps before a node is given up."""
 
@@ -104,6 +107,9 @@ class ExplainContext:
     deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
     # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
     selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
+    # DRAConsumableCapacity: what the shared allocations (results with a shareID) of other claims
+    # already consume of a device, by fully-qualified capacity name.
+    consumed: Mapping[DeviceKey, Mapping[str, Fraction]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -123,7 +129,8 @@ class RequestReport:
 class NodeOutcome:
     node: str
     satisfiable: bool
-    allocation: list[list[tuple[str, str, str, str]]]  # per claim: (request, driver, pool, device)
+    # per claim: (request, driver, pool, device, consumedCapacity of a shared allocation, else None)
+    allocation: list[list[tuple[str, str, str, str, dict[str, str] | None]]]
     reasons: list[str]
     requests: list[RequestReport]
     fatal: str = ""
@@ -301,6 +308,8 @@ class _Req:
     distinct: dict[int, _DistinctIndex] = field(default_factory=dict)
     # Usable entries that consume shared counters: index -> (counter scope, amount per counter).
     consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]] = field(default_factory=dict)
+    # DRAConsumableCapacity: entry index -> what one allocation takes of the device (or why none can).
+    demands: dict[int, capacity.Demand | str] = field(default_factory=dict)
 
 
 class NodeSearch:
@@ -325,10 +334,18 @@ class NodeSearch:
                 for d in s.devices:
                     entries.append(_Entry(len(entries), pool, s, d, d.ident))
         self.entries = entries
+        # DRAConsumableCapacity: a device that allows multiple allocations is never "in use" by
+        # this search; it serves requests while its capacity lasts, one request more than once.
+        consumable = self.sem.consumable_capacity
+        self.shared = [consumable and e.device is not None and e.device.multi for e in entries]
+        # Nothing to check when allocating it (no taints, counters or sharing).
+        self.fast = [
+            e.device is not None and e.device.plain and not shared
+            for e, shared in zip(entries, self.shared, strict=True)
+        ]
         self.reqs: list[_Req] = []
         self.groups: list[list[list[_Req]]] = []  # claim -> request -> alternatives
         self.constraints: list[list[_Constraint]] = []
-        self.results: list[list[tuple[_Req, _Entry]]] = []
         self.steps = 0
         self.give_up_at = float("inf")
         self.started = 0.0
@@ -340,10 +357,11 @@ class NodeSearch:
         self.holder: dict[DeviceKey, _Req] = {}
         self.selected: dict[tuple[int, int], int] = {}
         self.consumed: dict[object, dict[tuple[str, str], Fraction]] = {}
+        self.capacity_used: dict[DeviceKey, dict[str, Fraction]] = {}  # shared devices
         self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
         self.record = False
-        self.results = [[] for _ in self.ctx.claims]
+        self.results: list[list[tuple[_Req, _Entry, capacity.Demand | None]]] = [[] for _ in self.ctx.claims]
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -429,15 +447,48 @@ class NodeSearch:
                 return f"taint {taint} not tolerated"
         return ""
 
+    def _demand(self, req: _Req, entry: _Entry) -> capacity.Demand | str:
+        found = req.demands.get(entry.index)
+        if found is None:
+            s, d = entry.slice, entry.device
+            assert s is not None and d is not None
+            found = req.demands[entry.index] = capacity.demand(
+                s.raw["spec"]["devices"][d.index], s.driver, req.spec.capacity
+            )
+        return found
+
     def _capacity_reason(self, req: _Req, entry: _Entry) -> str:
-        """Why one allocation of a device that allows multiple allocations cannot serve the
-        request's capacity (:mod:`gpucluster.dra.capacity`); "" for other devices."""
-        s, d = entry.slice, entry.device
-        assert s is not None and d is not None
-        raw = s.raw["spec"]["devices"][d.index]
-        if raw.get("allowMultipleAllocations") is not True:
-            return ""
-        return capacity.unfit(raw, s.driver, req.spec.capacity)
+        """Why one allocation of the device cannot serve the request's capacity next to what other
+        claims' shared allocations consume (``CmpRequestOverCapacity``, DRAConsumableCapacity on)."""
+        d = entry.device
+        assert d is not None
+        if not d.multi and req.spec.capacity is None:
+            return ""  # takes every capacity whole, and nothing else shares the device: it fits
+        found = self._demand(req, entry)
+        return found if isinstance(found, str) else found.over(self.ctx.consumed.get(d.key))
+
+    def _take_capacity(self, req: _Req, entry: _Entry) -> tuple[capacity.Demand | None, str]:
+        """Reserve what this allocation of a shared device consumes; (None, why) if it does not fit."""
+        d = entry.device
+        assert d is not None
+        found = self._demand(req, entry)
+        if isinstance(found, str):
+            return None, found
+        used = self.capacity_used.get(d.key)
+        if used is None:
+            used = self.capacity_used[d.key] = dict(self.ctx.consumed.get(d.key, {}))
+        why = found.over(used)
+        if why:
+            return None, why + " after the allocations already chosen"
+        for key, amount in found.amounts.items():
+            used[key] = used.get(key, Fraction(0)) + amount
+        return found, ""
+
+    def _release_capacity(self, entry: _Entry, taken: capacity.Demand) -> None:
+        assert entry.device is not None
+        used = self.capacity_used[entry.device.key]
+        for key, amount in taken.amounts.items():
+            used[key] -= amount
 
     def _constraint_reason(self, req: _Req, d: Device) -> str:
         for c in req.constraints:
@@ -563,7 +614,7 @@ class NodeSearch:
             self._note(req, entry, f"chosen for request {holder.spec.full_name}")
 
     def _allocate_device(self, req: _Req, entry: _Entry, must: bool) -> bool:
-        """``allocateDevice``: availability, counters, taints, constraints; records the device.
+        """``allocateDevice``: availability, counters, taints, constraints, capacity; records the device.
 
         ``must`` is for allocationMode All, where the devices were not filtered by
         :meth:`_static` and a violated constraint is an error.
@@ -571,23 +622,20 @@ class NodeSearch:
         d = entry.device
         assert d is not None
         ci = req.claim_index
+        shared = self.shared[entry.index]
         if must:
-            claims = self.allocating.get(d.key)
-            if req.spec.admin_access:
-                busy = claims is not None and ci in claims
+            if shared:
+                # Never marked as being allocated; only a claim holding it whole keeps it.
+                busy = not req.spec.admin_access and d.key in self.ctx.in_use
             else:
-                busy = bool(claims) or d.key in self.ctx.in_use
+                claims = self.allocating.get(d.key)
+                if req.spec.admin_access:
+                    busy = claims is not None and ci in claims
+                else:
+                    busy = bool(claims) or d.key in self.ctx.in_use
             if busy:
                 if self.record:
                     self._note_in_use(req, entry)
-                return False
-        if must and self.sem.consumable_capacity:
-            # allocationMode All takes every matching device: one whose capacity cannot serve the
-            # request fails the request (ExactCount passed such devices over in _static).
-            reason = self._capacity_reason(req, entry)
-            if reason:
-                if self.record:
-                    self._note(req, entry, reason)
                 return False
         if d.consumes:
             reason = self._take_counters(entry) if self.sem.partitionable_devices else _COUNTERS_GATED
@@ -618,14 +666,26 @@ class NodeSearch:
                 if self.record:
                     self._note(req, entry, reason)
                 return False
-        claims = self.allocating.get(d.key)
-        if claims is None:
-            self.allocating[d.key] = {ci}
+        taken: capacity.Demand | None = None
+        if shared:
+            taken, reason = self._take_capacity(req, entry)
+            if taken is None:
+                for c in constraints:
+                    c.remove(d)
+                if d.consumes:
+                    self._release_counters(entry)
+                if self.record:
+                    self._note(req, entry, reason)
+                return False
         else:
-            claims.add(ci)
-        if self.record:
-            self.holder[d.key] = req
-        self.results[ci].append((req, entry))
+            claims = self.allocating.get(d.key)
+            if claims is None:
+                self.allocating[d.key] = {ci}
+            else:
+                claims.add(ci)
+            if self.record:
+                self.holder[d.key] = req
+        self.results[ci].append((req, entry, taken))
         return True
 
     def _deallocate(self, req: _Req, entry: _Entry) -> None:
@@ -633,12 +693,15 @@ class NodeSearch:
         assert d is not None
         for c in req.constraints:
             c.remove(d)
-        self.allocating[d.key].discard(req.claim_index)
-        if self.record and self.holder.get(d.key) is req:
-            del self.holder[d.key]
+        taken = self.results[req.claim_index].pop()[2]
+        if taken is not None:
+            self._release_capacity(entry, taken)
+        else:
+            self.allocating[d.key].discard(req.claim_index)
+            if self.record and self.holder.get(d.key) is req:
+                del self.holder[d.key]
         if d.consumes:
             self._release_counters(entry)
-        self.results[req.claim_index].pop()
 
     # -- the recursion ---------------------------------------------------------------------------
 
@@ -698,6 +761,8 @@ class NodeSearch:
         entries = self.entries
         static = req.static
         allocating = self.allocating
+        fast = self.fast
+        shared = self.shared
         admin = req.spec.admin_access
         need = req.num_devices - di
         usable = req.usable
@@ -774,9 +839,9 @@ class NodeSearch:
                         self._note(req, entry, why)
                     self._pruned(ci, req, index + 1)
                     continue
-            if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
+            if (not fast[index] or req.constraints) and not self._allocate_device(req, entry, must=False):
                 continue
-            if d.plain and not req.constraints:
+            if fast[index] and not req.constraints:
                 # Nothing to check: record it (the fast path of _allocate_device).
                 if claims is None:
                     allocating[d.key] = {ci}
@@ -784,9 +849,10 @@ class NodeSearch:
                     claims.add(ci)
                 if self.record:
                     self.holder[d.key] = req
-                self.results[ci].append((req, entry))
+                self.results[ci].append((req, entry, None))
             try:
-                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index + 1)
+                # A shared device may serve the next device of the request too.
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index if shared[index] else index + 1)
             except BaseException:
                 self._deallocate(req, entry)
                 raise
@@ -926,11 +992,21 @@ class NodeSearch:
     def _index_for_pruning(self, req: _Req) -> None:
         statics = req.static
         usable = [0] * (len(statics) + 1)
+        shared = self.shared
+        any_shared = False
         for i in range(len(statics) - 1, -1, -1):
-            usable[i] = usable[i + 1] + (statics[i] is None)
+            if statics[i] is None and shared[i]:
+                any_shared = True
+                usable[i] = usable[i + 1] + _SHARED_WEIGHT  # may fill every remaining slot
+            else:
+                usable[i] = usable[i + 1] + (statics[i] is None)
         req.usable = usable
         entries = self.entries
         req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
+        if any_shared:
+            # The counter and matchAttribute bounds count devices, each chosen once: a device
+            # serving several allocations breaks them, so only the count bound above applies.
+            return
         if self.sem.partitionable_devices:
             for i, r in enumerate(statics):
                 d = entries[i].device
@@ -1078,6 +1154,8 @@ class NodeSearch:
                 continue
             if entry.slice.per_device and not entry.device.available_on(self.node):
                 continue
+            if self.sem.consumable_capacity and self._capacity_reason(req, entry):
+                continue  # validateDeviceRequest: "all" means all devices that can serve it
             members.append(entry)
         req.all_devices = members
         req.num_devices = len(members)
@@ -1128,10 +1206,16 @@ class NodeSearch:
         if not self.entries and not fatal and not done:
             reasons.append("no devices are published for this node")
         satisfied = done and not fatal
-        allocation: list[list[tuple[str, str, str, str]]] = []
+        allocation: list[list[tuple[str, str, str, str, dict[str, str] | None]]] = []
         if satisfied:
             for chosen in self.results:
-                allocation.append([(req.spec.full_name, *entry.device.key) for req, entry in chosen if entry.device])
+                allocation.append(
+                    [
+                        (req.spec.full_name, *entry.device.key, taken.consumed_capacity() if taken else None)
+                        for req, entry, taken in chosen
+                        if entry.device
+                    ]
+                )
         return NodeOutcome(
             node=self.node.name,
             satisfiable=satisfied,

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
@@ -480,6 +481,8 @@ class Scheduler(Controller):
             result: Obj = d.to_json()
             if result["request"] in admin:
                 result["adminAccess"] = True  # the device is not taken from other claims
+            if d.shared:
+                result["shareID"] = str(uuid.uuid4())  # one of several allocations of the device
             results.append(result)
         out: Obj = {
             "devices": {"results": results},

@@ -1,0 +1,155 @@
+"""DRAConsumableCapacity end to end through ``explain``: a device that allows multiple allocations
+serves several requests and claims while its capacity lasts, what allocated claims consume is
+read from their results (``shareID`` + ``consumedCapacity``), and the answer says what each
+shared allocation consumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.dra.allocator import explain
+from tests.test_allocator import GPU, claim, dev, device_class, exact, node, rslice
+
+Obj = dict[str, Any]
+CC = {"DRAConsumableCapacity": True}
+
+
+def shared_gpu(name: str, memory: str = "80Gi", **policy: Any) -> Obj:
+    cap: Obj = {"value": memory}
+    if policy:
+        cap["requestPolicy"] = policy
+    return dev(name, allowMultipleAllocations=True, capacity={"memory": cap})
+
+
+def memory_request(name: str = "gpu", amount: str | None = None, count: int = 1) -> Obj:
+    extra: Obj = {"capacity": {"requests": {"memory": amount}}} if amount else {}
+    return exact(name, count=count, **extra)
+
+
+def cluster(*devices: Obj, extra: list[Obj] | None = None) -> list[Obj]:
+    return [device_class(), node("n1"), rslice("s1", "n1", "n1", *devices), *(extra or [])]
+
+
+def shared_claim(name: str, device: str, memory: str | None, share: str | None = "uid-1") -> Obj:
+    result: Obj = {"request": "gpu", "driver": GPU, "pool": "n1", "device": device}
+    if share is not None:
+        result["shareID"] = share
+    if memory is not None:
+        result["consumedCapacity"] = {"memory": memory}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"devices": {"requests": [exact()]}},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+
+
+def devices_of(result: Any) -> list[tuple[str, str, dict[str, str]]]:
+    return [(a.claim, a.device, dict(a.consumed_capacity)) for a in result.nodes[0].allocation]
+
+
+def test_one_request_takes_one_shared_device_several_times() -> None:
+    result = explain(
+        [claim(memory_request(amount="30Gi", count=2))], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC
+    )
+    assert result.satisfiable
+    assert devices_of(result) == [("default/c", "g0", {"memory": "30Gi"}), ("default/c", "g0", {"memory": "30Gi"})]
+    assert all(a.shared for a in result.nodes[0].allocation)
+
+
+def test_capacity_runs_out_then_the_next_device_serves() -> None:
+    result = explain(
+        [claim(memory_request(amount="50Gi", count=2))], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC
+    )
+    assert [d for _, d, _ in devices_of(result)] == ["g0", "g1"]
+
+
+def test_claims_of_one_pod_share_a_device() -> None:
+    claims = [claim(memory_request(amount="40Gi"), name="a"), claim(memory_request(amount="40Gi"), name="b")]
+    result = explain(claims, cluster(shared_gpu("g0")), feature_gates=CC)
+    assert [(c, d) for c, d, _ in devices_of(result)] == [("default/a", "g0"), ("default/b", "g0")]
+    too_much = [claim(memory_request(amount="41Gi"), name="a"), claim(memory_request(amount="40Gi"), name="b")]
+    result = explain(too_much, cluster(shared_gpu("g0")), feature_gates=CC)
+    assert not result.satisfiable
+    assert result.nodes[0].reasons[-1] == (
+        "claim default/b, request gpu: gpu.nvidia.com/n1/g0: capacity gpu.nvidia.com/memory: needs 40Gi, "
+        "39Gi of 80Gi left after the allocations already chosen"
+    )
+
+
+def test_allocated_shared_claims_consume_capacity() -> None:
+    elsewhere = shared_claim("x", "g0", "60Gi")
+    result = explain(
+        [claim(memory_request(amount="30Gi"))], cluster(shared_gpu("g0"), extra=[elsewhere]), feature_gates=CC
+    )
+    assert not result.satisfiable
+    assert any("needs 30Gi, 20Gi of 80Gi left" in r for r in result.nodes[0].reasons), result.nodes[0].reasons
+    result = explain(
+        [claim(memory_request(amount="20Gi"))], cluster(shared_gpu("g0"), extra=[elsewhere]), feature_gates=CC
+    )
+    assert devices_of(result) == [("default/c", "g0", {"memory": "20Gi"})]
+
+
+def test_a_result_without_share_id_holds_the_device_whole() -> None:
+    whole = shared_claim("x", "g0", None, share=None)
+    result = explain([claim(memory_request(amount="1Gi"))], cluster(shared_gpu("g0"), extra=[whole]), feature_gates=CC)
+    assert not result.satisfiable
+    assert any("in use by other/x" in r for r in result.nodes[0].reasons)
+
+
+def test_gate_off_allocates_the_device_once_and_ignores_share_ids() -> None:
+    claims = [claim(memory_request(amount="1Gi"), name="a"), claim(memory_request(amount="1Gi"), name="b")]
+    off = explain(claims, cluster(shared_gpu("g0")), kubernetes_version="1.35", feature_gates={})
+    assert off.errors == [
+        "claim default/a, request gpu: has capacity requests, but the DRAConsumableCapacity feature is disabled"
+    ]
+    claims = [claim(exact(), name="a"), claim(exact(), name="b")]
+    assert not explain(claims, cluster(shared_gpu("g0")), kubernetes_version="1.35").satisfiable
+    # Gate off: a result with a shareID holds the device like any other.
+    held = shared_claim("x", "g0", "1Gi")
+    assert not explain([claim(exact())], cluster(shared_gpu("g0"), extra=[held]), kubernetes_version="1.35").satisfiable
+
+
+def test_default_request_without_capacity_takes_the_default_or_everything() -> None:
+    # No request: the policy's default (10Gi) per allocation, so 8 fit; without a policy, all of it.
+    with_default = shared_gpu("g0", default="10Gi", validRange={"min": "10Gi", "step": "10Gi"})
+    claims = [claim(exact(), name=f"c{i}") for i in range(9)]
+    result = explain(claims[:8], cluster(with_default), feature_gates=CC)
+    assert result.satisfiable and {u["memory"] for _, _, u in devices_of(result)} == {"10Gi"}
+    assert not explain(claims, cluster(with_default), feature_gates=CC).satisfiable
+    assert not explain(claims[:2], cluster(shared_gpu("g0")), feature_gates=CC).satisfiable
+
+
+def test_request_rounded_up_by_the_policy_step() -> None:
+    stepped = shared_gpu("g0", validRange={"min": "10Gi", "step": "10Gi"})
+    result = explain([claim(memory_request(amount="15Gi"))], cluster(stepped), feature_gates=CC)
+    assert devices_of(result) == [("default/c", "g0", {"memory": "20Gi"})]
+
+
+def test_kubernetes_1_36_shares_by_default_and_json_says_what_is_consumed() -> None:
+    result = explain(
+        [claim(memory_request(amount="8Gi", count=3))], cluster(shared_gpu("g0")), kubernetes_version="1.36"
+    )
+    allocation = result.to_json()["nodes"][0]["allocation"]
+    assert [a["device"] for a in allocation] == ["g0", "g0", "g0"]
+    assert allocation[0]["consumedCapacity"] == {"memory": "8Gi"}
+
+
+def test_a_device_allocated_whole_has_no_consumed_capacity_in_json() -> None:
+    plain = dev("g0", capacity={"memory": {"value": "80Gi"}})
+    result = explain([claim(memory_request(amount="8Gi"))], cluster(plain), feature_gates=CC)
+    assert result.to_json()["nodes"][0]["allocation"] == [
+        {"request": "gpu", "driver": GPU, "pool": "n1", "device": "g0"}
+    ]
+    # Every device is checked against the request's capacity, shared or not.
+    assert not explain([claim(memory_request(amount="81Gi"))], cluster(plain), feature_gates=CC).satisfiable
+
+
+def test_infeasible_shared_claim_is_decided_quickly() -> None:
+    # 17 allocations of 10Gi over two 80Gi devices (16 fit): the count bound cannot prune, the
+    # capacity check must; the step count stays small.
+    devices = [shared_gpu(f"g{i}") for i in range(2)]
+    result = explain([claim(memory_request(amount="10Gi", count=17))], cluster(*devices), feature_gates=CC)
+    assert not result.satisfiable
+    assert result.nodes[0].steps < 5_000, result.nodes[0].steps
