@@ -14,15 +14,14 @@ is fully in use), ``allocatedCapacityDevices`` (AggregatedCapacity) a result wit
 and ``consumedCapacity``, which adds to what the device already gives away.
 
 Upstream's results also carry ``shareID`` and ``consumedCapacity``; every expected pick here
-states both ({} where upstream's result has no consumedCapacity). They are compared once our
-AllocatedDevice has ``consumed_capacity`` (and ``shared``); quantities by value, so "4Gi" and
-"4294967296" agree. Until then only the devices are, and the cases that need sharing are
-``xfail(strict=True)``; with that field they must pass.
+states both ({} where upstream's result has no consumedCapacity), compared with our
+AllocatedDevice's ``shared`` and ``consumed_capacity``; quantities by value, so "4Gi" and
+"4294967296" agree.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -72,12 +71,6 @@ PL_PD_CC = ("PrioritizedList", "PartitionableDevices", "ConsumableCapacity")
 _DEDICATED_CLASS = [
     klass(CLASS_A, DRIVER_A, f'device.driver == "{DRIVER_A}" && device.allowMultipleAllocations == false')
 ]
-
-# Sharing a device among allocations comes with AllocatedDevice.consumed_capacity (what each
-# allocation consumes): the cases that need it are expected to fail (strictly) without that field,
-# and must pass once it is there.
-SHARING_IMPLEMENTED = "consumed_capacity" in {f.name for f in fields(AllocatedDevice)}
-_NO_SHARING = "ours does not share a device with allowMultipleAllocations among allocations (search.py): "
 
 # ----------------------------------------------------------------------------- builders
 
@@ -164,11 +157,6 @@ def case(
     return pytest.param(c, id=name, marks=marks)
 
 
-def xfail(reason: str, prefix: str = _NO_SHARING) -> pytest.MarkDecorator:
-    """Expected to fail until sharing (and AllocatedDevice.consumed_capacity) is implemented."""
-    return pytest.mark.xfail(not SHARING_IMPLEMENTED, strict=True, reason=prefix + reason)
-
-
 # ----------------------------------------------------------------------------- the runner
 
 
@@ -211,10 +199,6 @@ _BACKTRACK = _slice(
     _multi_with("device-2", {"stringAttribute": "stringAttributeValue1"}, _range("2")),
     _multi_with("device-1", {"stringAttribute": "stringAttributeValue2"}, _range("4")),
 )
-_ALL_KEEPS = (
-    "ours counts every matching device towards allocationMode All, also one whose capacity cannot "
-    "serve the request's capacity (search.py _static checks capacity only for ExactCount): "
-)
 _TWO_AND_ONE = [_slice(_multi_cap("device-1", "2"), _multi_cap("device-2", "1"))]
 _ONE_AND_ONE = [_slice(_multi_cap("device-1", "1"), _multi_cap("device-2", "1"))]
 
@@ -243,7 +227,6 @@ SHARING = [
         [_slice(_multi_range("device-1", "4"))],
         _MULTI_CLASS,
         [got("req-0", "device-1", cap("2"))],
-        xfail("device-1 counts as fully in use by the claim sharing it, so nothing fits; upstream uses the 2 left"),
         shared=[("device-1", cap("2"))],
     ),
     case(
@@ -272,7 +255,6 @@ SHARING = [
             got("req-1", "device-1", cap("2")),
             got("req-0", "device-2", cap("2"), claim_name=CLAIM1),
         ],
-        xfail("claim-0's req-0 and req-1 cannot both take device-1 (4 of capacity-0), so nothing fits"),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-with-subrequest",
@@ -290,13 +272,6 @@ SHARING = [
         [_slice(_multi_range("device-1", "2"))],
         _MULTI_CLASS,
         [got("req-0/subReq-1", "device-1", cap("2"))],
-        pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "ours refuses the claim (AllocatorInputError: firstAvailable names subReq-1 twice, which the "
-                "API server refuses too); upstream's test bypasses validation and allocates req-0/subReq-1"
-            ),
-        ),
         features=PL_CC,
     ),
     case(
@@ -313,7 +288,6 @@ SHARING = [
         [_slice(_multi_cap("device-1", "2"), _multi_cap("device-2", None))],
         _MULTI_CLASS,
         [got("req-0", "device-1", cap("2"))],
-        xfail("device-2 lacks capacity-0, so All fails; upstream leaves it out of All", _ALL_KEEPS),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-allocation-mode-all-filter-out-insufficient-capacity",
@@ -321,7 +295,6 @@ SHARING = [
         _TWO_AND_ONE,
         _MULTI_CLASS,
         [got("req-0", "device-1", cap("2"))],
-        xfail("device-2 has 1 of capacity-0, 2 requested, so All fails; upstream leaves it out of All", _ALL_KEEPS),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-allocation-mode-all-allocating-sufficient",
@@ -335,7 +308,6 @@ SHARING = [
         _TWO_AND_ONE,
         [klass(CLASS_A, DRIVER_A)],
         [got("req-0", "device-1", cap("1")), got("req-1", "device-1", cap("1")), got("req-1", "device-2", cap("1"))],
-        xfail("req-1 (All) cannot take device-1 after req-0 did, so nothing fits"),
     ),
     case(
         "consumable-capacity-multi-allocatable-device-allocation-mode-all-in-use-sufficient",
@@ -343,7 +315,6 @@ SHARING = [
         _TWO_AND_ONE,
         [klass(CLASS_A, DRIVER_A)],
         [got("req-0", "device-1", cap("1")), got("req-0", "device-2", cap("1"))],
-        xfail("device-1 counts as fully in use by the claim sharing it, so All fails; upstream uses the 1 left"),
         shared=[("device-1", cap("1"))],
     ),
     case(
@@ -365,10 +336,6 @@ SHARING = [
         _ONE_AND_ONE,
         [klass(CLASS_A, DRIVER_A)],
         [got("req-0", "device-2", cap("1"))],
-        xfail(
-            "device-1 counts as in use, so All fails; upstream leaves out a shared device without "
-            "enough capacity left and allocates device-2 alone"
-        ),
         shared=[("device-1", cap("1"))],
     ),
     case(
@@ -473,7 +440,6 @@ SHARING = [
             got("req-2", "device-3", {"capacity-0": "2", "capacity-1": "2"}),
             got("req-1/subReq-1", "device-1", {"capacity-0": "1", "capacity-1": "2"}),
         ],
-        xfail("req-1 cannot take device-1 again after req-0 (device-2 would exceed counter-set-1), so nothing fits"),
         features=PL_PD_CC,
     ),
 ]
@@ -484,19 +450,17 @@ def test_upstream_sharing_case(c: SharingCase) -> None:
     answer, allocation = run(c)
     expected = sorted(c.expect) if isinstance(c.expect, list) else c.expect
     assert answer == expected
-    # What each result consumes (and, where ours says it, whether it is a shared allocation), once
-    # AllocatedDevice carries it.
-    if allocation and all(hasattr(a, "consumed_capacity") for a in allocation):
-        with_share = all(hasattr(a, "shared") for a in allocation)
-        ours = sorted(
-            (
-                (a.claim, a.request, a.driver, a.pool, a.device),
-                bool(getattr(a, "shared", False)) and with_share,
-                _amounts(dict(getattr(a, "consumed_capacity", None) or {})),
-            )
-            for a in allocation
+    # Whether each result is one allocation of a shared device (upstream: has a shareID), and
+    # what it consumes.
+    ours = sorted(
+        (
+            (a.claim, a.request, a.driver, a.pool, a.device),
+            a.shared,
+            _amounts(dict(a.consumed_capacity)),
         )
-        assert ours == sorted((p, shared and with_share, _amounts(consumed)) for p, shared, consumed in c.consumed)
+        for a in allocation
+    )
+    assert ours == sorted((p, shared, _amounts(consumed)) for p, shared, consumed in c.consumed)
 
 
 def test_case_names_are_unique() -> None:

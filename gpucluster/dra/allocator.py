@@ -291,12 +291,13 @@ def _claim_key(obj: Mapping[str, Any]) -> str:
 
 def _in_use(
     allocated: Sequence[Mapping[str, Any]], skip: set[str], consumable: bool
-) -> tuple[dict[DeviceKey, str], dict[DeviceKey, dict[str, Fraction]]]:
+) -> tuple[dict[DeviceKey, str], set[DeviceKey], dict[DeviceKey, dict[str, Fraction]]]:
     """Devices held by allocated claims, and (DRAConsumableCapacity) what their shared
     allocations consume, as kube-scheduler gathers its allocated state: an admin-access result
     holds nothing; with the gate on, a result with a ``shareID`` is one allocation of a shared
     device and adds its ``consumedCapacity``; any other result holds the device whole."""
     held: dict[DeviceKey, str] = {}
+    shared: set[DeviceKey] = set()
     consumed: dict[DeviceKey, dict[str, Fraction]] = {}
     for claim in allocated:
         ref = _claim_key(claim)
@@ -323,7 +324,10 @@ def _in_use(
             device_key = (str(key[0]), str(key[1]), str(key[2]))
             if consumable and result.get("shareID") is not None:
                 where = f"ResourceClaim {ref}: status.allocation.devices.results[{i}].consumedCapacity"
-                amounts = result.get("consumedCapacity") or {}
+                shared.add(device_key)
+                amounts = result.get("consumedCapacity")
+                if amounts is None:
+                    continue
                 if not isinstance(amounts, Mapping):
                     raise AllocatorInputError(f"{where}: must map capacity names to quantities")
                 used = consumed.setdefault(device_key, {})
@@ -332,7 +336,7 @@ def _in_use(
                     used[qualified] = used.get(qualified, Fraction(0)) + parse_quantity(value, f"{where}.{name}")
                 continue
             held.setdefault(device_key, ref)
-    return held, consumed
+    return held, shared, consumed
 
 
 def _pool_notes(pools: Sequence[Pool], semantics: Semantics) -> list[str]:
@@ -486,8 +490,8 @@ def explain(
         else:
             shared.append((order, s))
 
-    held, consumed = (
-        ({}, {})
+    held, held_shares, consumed = (
+        ({}, set(), {})
         if assume_empty
         else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}, semantics.consumable_capacity)
     )
@@ -496,6 +500,7 @@ def explain(
         classes=classes,
         semantics=semantics,
         in_use=held,
+        shared_allocated=held_shares,
         consumed=consumed,
         views=backend.views,
         runtime_error=backend.runtime_error,

@@ -301,15 +301,13 @@ def parse_claim(
             if not isinstance(first, list):
                 raise AllocatorInputError(f"{label}: {where}.firstAvailable: must be a list")
             subs = []
-            sub_seen: set[str] = set()
             for j, sub in enumerate(first):
                 s_where = f"{where}.firstAvailable[{j}]"
                 if not isinstance(sub, Mapping):
                     raise AllocatorInputError(f"{label}: {s_where}: must be an object")
+                # A subrequest name given twice is the API server's to refuse: the allocator
+                # tries subrequests by position (upstream's allocates such a claim).
                 sub_name = _name(sub.get("name"), f"{s_where}.name", label)
-                if sub_name in sub_seen:
-                    raise AllocatorInputError(f"{label}: {s_where}.name: duplicate subrequest name {sub_name!r}")
-                sub_seen.add(sub_name)
                 if sub.get("adminAccess") is not None:
                     raise AllocatorInputError(f"{label}: {s_where}.adminAccess: not allowed in a subrequest")
                 subs.append(_parse_request_body(sub, sub_name, name, s_where, label, compile_selector, compile_error))

@@ -42,7 +42,7 @@ import contextlib
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -107,8 +107,10 @@ class ExplainContext:
     deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
     # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
     selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
-    # DRAConsumableCapacity: what the shared allocations (results with a shareID) of other claims
-    # already consume of a device, by fully-qualified capacity name.
+    # DRAConsumableCapacity: devices other claims hold shares of (results with a shareID), and
+    # what those shares consume of a device (results with consumedCapacity), by fully-qualified
+    # capacity name.
+    shared_allocated: Collection[DeviceKey] = frozenset()
     consumed: Mapping[DeviceKey, Mapping[str, Fraction]] = field(default_factory=dict)
 
 
@@ -358,6 +360,7 @@ class NodeSearch:
         self.selected: dict[tuple[int, int], int] = {}
         self.consumed: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.capacity_used: dict[DeviceKey, dict[str, Fraction]] = {}  # shared devices
+        self.shares: dict[DeviceKey, int] = {}  # shared device -> allocations chosen in this search
         self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
         self.record = False
@@ -525,7 +528,7 @@ class NodeSearch:
         if check_use:
             return f"in use by {in_use[d.key]}"
         if not d.plain:
-            reason = self._counters_alone(entry) if d.consumes else ""
+            reason = self._counters_alone(entry) if d.consumes and not self._counters_taken(entry) else ""
             reason = reason or self._taint_reason(req, d)
             if reason:
                 return reason
@@ -553,9 +556,10 @@ class NodeSearch:
             slices = [entry.slice]
         have = {(set_name, c): v for set_name, counters in sets.items() for c, v in counters.items()}
         in_use = self.ctx.in_use
+        shared = self.ctx.shared_allocated
         for s in slices:
             for d in s.devices:
-                if d.key not in in_use:
+                if d.key not in in_use and d.key not in shared:
                     continue
                 for set_name, counters in d.consumes:
                     for c, v in counters:
@@ -577,6 +581,13 @@ class NodeSearch:
             if available < want.get(key, 0):
                 return f"counter {key[0]}/{key[1]} exhausted"
         return ""
+
+    def _counters_taken(self, entry: _Entry) -> bool:
+        """Whether a shared device's counters are consumed already: once by the first of its
+        allocations (``allocateDevice`` skips the check while some of its capacity is in use)."""
+        d = entry.device
+        assert d is not None
+        return self.shared[entry.index] and (d.key in self.ctx.consumed or self.shares.get(d.key, 0) > 0)
 
     def _take_counters(self, entry: _Entry) -> str:
         """Reserve the device's counters; on failure nothing stays reserved."""
@@ -637,16 +648,19 @@ class NodeSearch:
                 if self.record:
                     self._note_in_use(req, entry)
                 return False
-        if d.consumes:
+        counters = bool(d.consumes) and not self._counters_taken(entry)
+        if counters:
             reason = self._take_counters(entry) if self.sem.partitionable_devices else _COUNTERS_GATED
             if reason:
                 if self.record:
                     self._note(req, entry, reason)
                 return False
+        elif d.consumes and not self.sem.partitionable_devices:
+            return False
         if must and d.taints:
             reason = self._taint_reason(req, d)
             if reason:
-                if d.consumes:
+                if counters:
                     self._release_counters(entry)
                 return False
         constraints = req.constraints
@@ -655,7 +669,7 @@ class NodeSearch:
             if reason:
                 for prev in constraints[:i]:
                     prev.remove(d)
-                if d.consumes:
+                if counters:
                     self._release_counters(entry)
                 if must:
                     claim = self.ctx.claims[ci]
@@ -672,11 +686,12 @@ class NodeSearch:
             if taken is None:
                 for c in constraints:
                     c.remove(d)
-                if d.consumes:
+                if counters:
                     self._release_counters(entry)
                 if self.record:
                     self._note(req, entry, reason)
                 return False
+            self.shares[d.key] = self.shares.get(d.key, 0) + 1
         else:
             claims = self.allocating.get(d.key)
             if claims is None:
@@ -696,12 +711,15 @@ class NodeSearch:
         taken = self.results[req.claim_index].pop()[2]
         if taken is not None:
             self._release_capacity(entry, taken)
+            self.shares[d.key] -= 1
+            if d.consumes and not self._counters_taken(entry):
+                self._release_counters(entry)  # its last allocation in this search
         else:
             self.allocating[d.key].discard(req.claim_index)
             if self.record and self.holder.get(d.key) is req:
                 del self.holder[d.key]
-        if d.consumes:
-            self._release_counters(entry)
+            if d.consumes:
+                self._release_counters(entry)
 
     # -- the recursion ---------------------------------------------------------------------------
 
