@@ -153,3 +153,45 @@ def test_infeasible_shared_claim_is_decided_quickly() -> None:
     result = explain([claim(memory_request(amount="10Gi", count=17))], cluster(*devices), feature_gates=CC)
     assert not result.satisfiable
     assert result.nodes[0].steps < 5_000, result.nodes[0].steps
+
+
+# ----------------------------------------------------------------------------- attributes CEL cannot see
+
+
+def test_an_attribute_without_a_value_fails_every_selector_as_kubernetes_converts_all_first() -> None:
+    broken = dev("g0")
+    broken["attributes"]["model"] = {}  # no string/int/bool/version: the API server would refuse it
+    result = explain([claim(exact())], cluster(broken))
+    assert result.errors == [
+        f"class {GPU}: selector #0: CEL runtime error: attribute model: unsupported attribute value"
+    ]
+
+
+def test_an_unparsable_version_fails_even_a_selector_that_does_not_read_it() -> None:
+    broken = dev("g0")
+    broken["attributes"]["driverVersion"] = {"version": "1.0"}
+    cls = device_class(GPU, f"device.driver == '{GPU}'")
+    result = explain([claim(exact())], [cls, node("n1"), rslice("s1", "n1", "n1", broken)])
+    assert len(result.errors) == 1
+    assert result.errors[0].startswith(
+        f"class {GPU}: selector #0: CEL runtime error: attribute driverVersion: parse semantic version:"
+    )
+
+
+def test_a_device_in_use_is_passed_over_before_its_attributes_are_converted() -> None:
+    broken = dev("g1")
+    broken["attributes"]["model"] = {"float": 1.5}
+    held = shared_claim("x", "g1", None, share=None)
+    result = explain([claim(exact())], cluster(broken, dev("g0"), extra=[held]))
+    assert result.satisfiable and [d for _, d, _ in devices_of(result)] == ["g0"]
+
+
+def test_a_device_the_search_never_reaches_does_not_fail_it() -> None:
+    broken = dev("g1")
+    broken["attributes"]["model"] = {}
+    result = explain([claim(exact())], cluster(dev("g0"), broken))
+    assert result.satisfiable and [d for _, d, _ in devices_of(result)] == ["g0"]
+    result = explain([claim(exact(count=2))], cluster(dev("g0"), broken))
+    assert result.errors == [
+        f"class {GPU}: selector #0: CEL runtime error: attribute model: unsupported attribute value"
+    ]

@@ -6,9 +6,10 @@ Each ``pytest.param`` id is the name of a case in upstream's
 effect, invalid pools skipped). Every case states the outcome upstream expects for its one node:
 the devices allocated (order within a claim is irrelevant, as upstream's ``ConsistOf``), no
 allocation, or an error. Upstream's ``Features`` are off unless a case sets them, so every gate
-the allocator reads is passed explicitly. A case where we disagree is ``xfail(strict=True)`` and
-says how; node selectors and config of the allocation result are not compared (we do not
-produce them).
+the allocator reads is passed explicitly. A case where we disagree would be marked
+``pytest.mark.xfail(strict=True)`` with how (none is). Node selectors and config of the
+allocation result are not compared (we do not produce them). The sharing cases
+(DRAConsumableCapacity) continue in ``tests/test_allocator_upstream_sharing.py``.
 """
 
 from __future__ import annotations
@@ -297,10 +298,6 @@ def run(case: Case) -> list[Pick] | str | None:
             return NODE_ERROR
         return None
     return sorted((a.claim, a.request, a.driver, a.pool, a.device) for a in result.nodes[0].allocation)
-
-
-def xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
 
 
 def case(name: str, c: Case, *marks: pytest.MarkDecorator) -> Any:
@@ -1879,11 +1876,6 @@ DISTINCT = [
             features=CC,
             expect=ERROR,
             error="unsupported attribute value",
-        ),
-        xfail(
-            "ours passes the device over as 'unknown attribute type' (search.py _DistinctAttribute.add, "
-            "_attribute_value returns None) and reports no fit; upstream fails the allocation with "
-            "'unsupported attribute value'"
         ),
     ),
     case(

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from gpucluster.dra import cel
@@ -59,6 +60,8 @@ __all__ = [
     "fit",
 ]
 
+_NO_CAPACITY: Mapping[str, str] = MappingProxyType({})
+
 _TEXT_DEVICE_LINES = 10  # per request and node in to_text(); to_json() has all of them
 
 
@@ -70,6 +73,9 @@ class SelectorBackend:
     views: Callable[[Mapping[str, Any]], Sequence[Any]]
     compile_error: type[Exception]
     runtime_error: type[Exception]
+    # Why evaluating any selector on a view fails before it starts (Kubernetes converts every
+    # attribute first), "" if it does not; None: never.
+    conversion_error: Callable[[Any], str] | None = None
 
 
 def default_backend() -> SelectorBackend:
@@ -80,10 +86,11 @@ def default_backend() -> SelectorBackend:
         views=functools.partial(cel.slice_views, shapes=cel.Shapes()),
         compile_error=cel.CelCompileError,
         runtime_error=cel.CelRuntimeError,
+        conversion_error=cel.conversion_error,
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AllocatedDevice:
     request: str  # "gpu" or "gpu/subrequest", as in status.allocation.devices.results[].request
     driver: str
@@ -93,7 +100,7 @@ class AllocatedDevice:
     # DRAConsumableCapacity: one allocation of a device that allows multiple allocations (the
     # scheduler gives it a shareID), and what it consumes by capacity name as the device publishes it.
     shared: bool = False
-    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    consumed_capacity: Mapping[str, str] = field(default_factory=lambda: _NO_CAPACITY)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
@@ -252,7 +259,7 @@ def _summary(report: RequestReport, multi: bool, *, text: bool = False) -> str:
     )
     if report.chosen is not None:
         line += ", chosen" if report.chosen else ", not chosen"
-    counts = Counter(_category(reason) for _, reason in report.rejections)
+    counts = Counter(_category(reason) for _, reason in report.rejections) if report.rejections else None
     if counts:
         expressions = dict(report.selectors)
         parts = []
@@ -420,6 +427,7 @@ def explain(
             views=backend.views,
             compile_error=backend.compile_error,
             runtime_error=backend.runtime_error,
+            conversion_error=backend.conversion_error,
         )
     gates = dict(semantics.gates)
     if not semantics.filter_timeout:
@@ -504,6 +512,7 @@ def explain(
         consumed=consumed,
         views=backend.views,
         runtime_error=backend.runtime_error,
+        conversion_error=backend.conversion_error,
         max_steps=max_steps,
         deadline_ms=deadline_ms,
     )
@@ -525,7 +534,7 @@ def explain(
                 device,
                 claim=specs[ci].ref,
                 shared=used is not None,
-                consumed_capacity=used or {},
+                consumed_capacity=used or _NO_CAPACITY,
             )
             for ci, chosen in enumerate(outcome.allocation)
             for request, driver, pool, device, used in chosen

@@ -55,14 +55,17 @@ class Device:
     all_nodes: bool = False
     node_selector: NodeSelector | None = None
     ident: str = ""  # "driver/pool/device", as explanations name it
-    plain: bool = True  # no taints, consumes no counters
+    plain: bool = True  # no taints, consumes no counters, does not allow multiple allocations
     multi: bool = False  # allowMultipleAllocations: shared among allocations with DRAConsumableCapacity
+    # Why CEL cannot see the device (an attribute that does not convert), "" if it can; None:
+    # not checked yet (see search.NodeSearch._selectors).
+    conversion_error: str | None = None
     # attribute name -> comparable value, filled by the allocator's constraints (see search.value_of)
     values: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.ident = "/".join(self.key)
-        self.plain = not self.taints and not self.consumes
+        self.plain = not self.taints and not self.consumes and not self.multi
 
     def available_on(self, node: NodeInfo) -> bool:
         """Per-device node selection (``perDeviceNodeSelection: true`` slices)."""

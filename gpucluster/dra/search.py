@@ -103,10 +103,12 @@ class ExplainContext:
     in_use: Mapping[DeviceKey, str]  # device -> claim holding it
     views: Callable[[Mapping[str, Any]], Sequence[Any]]
     runtime_error: type[Exception]
+    conversion_error: Callable[[Any], str] | None = None  # see allocator.SelectorBackend
     max_steps: int = DEFAULT_MAX_STEPS
     deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
     # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
     selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
+    selector_labels: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # request uid ->
     # DRAConsumableCapacity: devices other claims hold shares of (results with a shareID), and
     # what those shares consume of a device (results with consumedCapacity), by fully-qualified
     # capacity name.
@@ -338,13 +340,11 @@ class NodeSearch:
         self.entries = entries
         # DRAConsumableCapacity: a device that allows multiple allocations is never "in use" by
         # this search; it serves requests while its capacity lasts, one request more than once.
-        consumable = self.sem.consumable_capacity
-        self.shared = [consumable and e.device is not None and e.device.multi for e in entries]
-        # Nothing to check when allocating it (no taints, counters or sharing).
-        self.fast = [
-            e.device is not None and e.device.plain and not shared
-            for e, shared in zip(entries, self.shared, strict=True)
-        ]
+        if self.sem.consumable_capacity:
+            self.shared = [e.device is not None and e.device.multi for e in entries]
+        else:
+            self.shared = [False] * len(entries)
+        self.any_shared = True in self.shared
         self.reqs: list[_Req] = []
         self.groups: list[list[list[_Req]]] = []  # claim -> request -> alternatives
         self.constraints: list[list[_Constraint]] = []
@@ -413,6 +413,20 @@ class NodeSearch:
                 views = s.views = list(self.ctx.views(s.raw))
             view = views[d.index]
             runtime_error = self.ctx.runtime_error
+            check = self.ctx.conversion_error
+            if check is not None and (req.cls.selectors or req.spec.selectors):
+                # DeviceMatches converts every attribute before evaluating: one it cannot
+                # convert fails the first selector, whatever the selector reads.
+                bad = d.conversion_error
+                if bad is None:
+                    bad = d.conversion_error = check(view)
+                if bad:
+                    cls = bool(req.cls.selectors)
+                    first = (req.cls.selectors or req.spec.selectors)[0]
+                    result = self._cel_failure(req, first, runtime_error(bad), cls=cls)
+                    if shared:
+                        cache[key] = result
+                    return result
             for cls, selectors in ((True, req.cls.selectors), (False, req.spec.selectors)):
                 for sel in selectors:
                     try:
@@ -779,7 +793,6 @@ class NodeSearch:
         entries = self.entries
         static = req.static
         allocating = self.allocating
-        fast = self.fast
         shared = self.shared
         admin = req.spec.admin_access
         need = req.num_devices - di
@@ -857,9 +870,10 @@ class NodeSearch:
                         self._note(req, entry, why)
                     self._pruned(ci, req, index + 1)
                     continue
-            if (not fast[index] or req.constraints) and not self._allocate_device(req, entry, must=False):
+            # Device.plain: nothing to check (no taints, no counters, no multiple allocations).
+            if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
                 continue
-            if fast[index] and not req.constraints:
+            if d.plain and not req.constraints:
                 # Nothing to check: record it (the fast path of _allocate_device).
                 if claims is None:
                     allocating[d.key] = {ci}
@@ -1010,13 +1024,17 @@ class NodeSearch:
     def _index_for_pruning(self, req: _Req) -> None:
         statics = req.static
         usable = [0] * (len(statics) + 1)
-        shared = self.shared
         any_shared = False
-        for i in range(len(statics) - 1, -1, -1):
-            if statics[i] is None and shared[i]:
-                any_shared = True
-                usable[i] = usable[i + 1] + _SHARED_WEIGHT  # may fill every remaining slot
-            else:
+        if self.any_shared:
+            shared = self.shared
+            for i in range(len(statics) - 1, -1, -1):
+                if statics[i] is None and shared[i]:
+                    any_shared = True
+                    usable[i] = usable[i + 1] + _SHARED_WEIGHT  # may fill every remaining slot
+                else:
+                    usable[i] = usable[i + 1] + (statics[i] is None)
+        else:
+            for i in range(len(statics) - 1, -1, -1):
                 usable[i] = usable[i + 1] + (statics[i] is None)
         req.usable = usable
         entries = self.entries
@@ -1246,6 +1264,14 @@ class NodeSearch:
             elapsed_ms=(time.perf_counter() - self.started) * 1000,
         )
 
+    def _selector_labels(self, req: _Req) -> tuple[tuple[str, str], ...]:
+        labels = self.ctx.selector_labels.get(req.uid)
+        if labels is None:
+            labels = self.ctx.selector_labels[req.uid] = tuple(
+                (f"class selector #{s.index}", s.expression) for s in req.cls.selectors
+            ) + tuple((f"selector #{s.index}", s.expression) for s in req.spec.selectors)
+        return labels
+
     def _reports(self, satisfied: bool) -> list[RequestReport]:
         reports = []
         entries = self.entries
@@ -1255,7 +1281,10 @@ class NodeSearch:
             usable = 0
             considered = 0
             statics = req.static or [None] * len(entries)
-            for entry, result in zip(entries, statics, strict=True):
+            if (satisfied or not self.dynamic) and statics.count(None) == len(entries):
+                considered = usable = len(entries)  # every device usable (so no invalid pool): nothing to say
+                statics = []
+            for entry, result in zip(entries, statics, strict=False):
                 if entry.device is None:
                     rejections.append((entry.id, f"pool invalid: {entry.pool.invalid}"))
                     continue
@@ -1280,8 +1309,7 @@ class NodeSearch:
                     considered=considered,
                     usable=usable,
                     rejections=rejections,
-                    selectors=tuple((f"class selector #{s.index}", s.expression) for s in req.cls.selectors)
-                    + tuple((f"selector #{s.index}", s.expression) for s in spec.selectors),
+                    selectors=self._selector_labels(req),
                     chosen=chosen,
                 )
             )

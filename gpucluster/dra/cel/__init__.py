@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpucluster.dra.cel.errors import CelCompileError, CelError, CelRuntimeError
 from gpucluster.dra.cel.program import MAX_EXPRESSION_LENGTH, Program, compile_selector
-from gpucluster.dra.cel.view import DeviceView, Shapes, device_view, slice_views
+from gpucluster.dra.cel.view import DeviceView, Shapes, conversion_error, device_view, slice_views
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -21,6 +21,7 @@ __all__ = [
     "Program",
     "Shapes",
     "compile_selector",
+    "conversion_error",
     "device_view",
     "slice_views",
 ]

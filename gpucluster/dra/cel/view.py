@@ -8,8 +8,10 @@ and version attributes are semantic versions, capacities Quantities.
 Views are cheap to build: they keep the ResourceSlice's own dicts and convert an attribute only
 when an expression reads it (parsed Semver and Quantity values are shared through caches), so
 the per-domain maps are only materialised for expressions that need whole maps. Kubernetes
-converts every attribute before evaluating and fails on an unparsable version even when the
-expression does not read it; here only a read fails (the API server rejects such slices anyway).
+converts every attribute before evaluating and fails on an attribute without a supported value
+or with an unparsable version even when the expression does not read it: a caller that must
+fail the same way asks :func:`conversion_error` once per device (the API server rejects such
+slices, so only input that bypassed validation has them).
 """
 
 from __future__ import annotations
@@ -252,6 +254,37 @@ def convert_attribute(name: str, attr: Any) -> Any:
                 except SemverError as exc:
                     raise CelRuntimeError(f"attribute {name}: parse semantic version: {exc}") from None
     raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
+
+
+def conversion_error(view: DeviceView) -> str:
+    """Why Kubernetes' ``DeviceMatches`` fails for this device before evaluating any expression
+    (``attribute <name>: unsupported attribute value``, ``...: parse semantic version: ...``);
+    "" when every attribute converts."""
+    raw = view._raw_attrs
+    try:
+        # Every device of every node is checked: the common shapes first, without converting.
+        for attr in raw.values():
+            if attr.get("string").__class__ is str:
+                continue
+            value = attr.get("version")
+            if value in _SEMVERS and value.__class__ is str:
+                continue
+            if attr.get("int").__class__ is int:
+                continue
+            value = attr.get("bool")
+            if value is True or value is False:
+                continue
+            break
+        else:
+            return ""
+    except (AttributeError, TypeError):
+        pass  # not a map, or an unhashable version value: convert_attribute says what is wrong
+    for name, attr in raw.items():
+        try:
+            convert_attribute(name, attr)
+        except CelRuntimeError as exc:
+            return exc.message
+    return ""
 
 
 def convert_capacity(name: str, cap: Any) -> Quantity:
