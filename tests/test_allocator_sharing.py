@@ -128,12 +128,30 @@ def test_request_rounded_up_by_the_policy_step() -> None:
 
 
 def test_kubernetes_1_36_shares_by_default_and_json_says_what_is_consumed() -> None:
-    result = explain(
-        [claim(memory_request(amount="8Gi", count=3))], cluster(shared_gpu("g0")), kubernetes_version="1.36"
-    )
+    claims = [claim(memory_request(amount="8Gi"), name=f"c{i}") for i in range(3)]
+    result = explain(claims, cluster(shared_gpu("g0")), kubernetes_version="1.36")
     allocation = result.to_json()["nodes"][0]["allocation"]
     assert [a["device"] for a in allocation] == ["g0", "g0", "g0"]
     assert allocation[0]["consumedCapacity"] == {"memory": "8Gi"}
+
+
+def test_from_1_36_one_request_takes_a_shared_device_once() -> None:
+    # 1.34 and 1.35 try every device again for each device of a request; 1.36 goes on after the
+    # device just chosen (startLocation), so one request cannot take one device twice.
+    one = [claim(memory_request(amount="8Gi", count=2))]
+    assert explain(one, cluster(shared_gpu("g0")), kubernetes_version="1.35", feature_gates=CC).satisfiable
+    assert not explain(one, cluster(shared_gpu("g0")), kubernetes_version="1.36").satisfiable
+    result = explain(one, cluster(shared_gpu("g0"), shared_gpu("g1")), kubernetes_version="1.36")
+    assert [d for _, d, _ in devices_of(result)] == ["g0", "g1"]
+
+
+def test_a_request_policy_is_checked_on_every_device() -> None:
+    # The policy's default is unset and the whole value (6) is not a valid value: a request
+    # without capacity cannot take the device, shared or not (upstream checks every device).
+    strict = dev("g0", capacity={"memory": {"value": "6", "requestPolicy": {"validValues": ["2", "4"]}}})
+    result = explain([claim(exact())], cluster(strict, dev("g1")), feature_gates=CC)
+    assert [d for _, d, _ in devices_of(result)] == ["g1"]
+    assert not explain([claim(exact())], cluster(strict), feature_gates=CC).satisfiable
 
 
 def test_a_device_allocated_whole_has_no_consumed_capacity_in_json() -> None:

@@ -479,7 +479,7 @@ class NodeSearch:
         claims' shared allocations consume (``CmpRequestOverCapacity``, DRAConsumableCapacity on)."""
         d = entry.device
         assert d is not None
-        if not d.multi and req.spec.capacity is None:
+        if not d.multi and req.spec.capacity is None and not d.capacity_policies:
             return ""  # takes every capacity whole, and nothing else shares the device: it fits
         found = self._demand(req, entry)
         return found if isinstance(found, str) else found.over(self.ctx.consumed.get(d.key))
@@ -883,8 +883,10 @@ class NodeSearch:
                     self.holder[d.key] = req
                 self.results[ci].append((req, entry, None))
             try:
-                # A shared device may serve the next device of the request too.
-                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index if shared[index] else index + 1)
+                # 1.34 and 1.35 try every device again for the next one of the request, so a
+                # shared device may serve it too; 1.36 goes on after the device just chosen.
+                again = shared[index] and not self.sem.combinations
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index if again else index + 1)
             except BaseException:
                 self._deallocate(req, entry)
                 raise
