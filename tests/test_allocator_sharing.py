@@ -213,3 +213,34 @@ def test_a_device_the_search_never_reaches_does_not_fail_it() -> None:
     assert result.errors == [
         f"class {GPU}: selector #0: CEL runtime error: attribute model: unsupported attribute value"
     ]
+
+
+# ----------------------------------------------------------------------------- the capacity bound
+
+
+def test_many_requests_that_cannot_all_fit_are_decided_in_a_few_steps() -> None:
+    # 9 requests of 10Gi over 8 shared 10Gi GPUs: 219,201 steps (5 s a node) without the bound,
+    # which sees that the capacity left takes at most 8 more allocations.
+    gpus = [shared_gpu(f"g{i}", "10Gi") for i in range(8)]
+    requests = [memory_request(f"r{i}", "10Gi") for i in range(9)]
+    result = explain([claim(*requests)], cluster(*gpus), feature_gates=CC)
+    assert not result.satisfiable and not result.gave_up
+    assert result.nodes[0].steps < 50, result.nodes[0].steps
+    assert result.nodes[0].reasons[0] == (
+        "the capacity left on the usable devices takes at most 8 more allocation(s), 9 needed by claim "
+        "default/c, request r0 and the requests after it"
+    )
+    # Across claims too, and with counts: 9 x 3 of 30Gi over 8 x 80Gi (16 allocations fit).
+    big = [shared_gpu(f"g{i}") for i in range(8)]
+    claims = [claim(memory_request(amount="30Gi", count=3), name=f"c{i}") for i in range(9)]
+    result = explain(claims, cluster(*big), feature_gates=CC)
+    assert not result.satisfiable and result.nodes[0].steps < 200, result.nodes[0].steps
+
+
+def test_the_bound_counts_the_smallest_amount_asked_of_a_device() -> None:
+    # One 80Gi GPU takes 70Gi and one 10Gi, not the other two 10Gi; a second GPU takes them. The
+    # bound counts 80Gi // 10Gi = 8 allocations a GPU: it must not refuse the claim.
+    requests = [memory_request("big", "70Gi"), *(memory_request(f"r{i}", "10Gi") for i in range(3))]
+    assert not explain([claim(*requests)], cluster(shared_gpu("g0")), feature_gates=CC).satisfiable
+    result = explain([claim(*requests)], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC)
+    assert [d for _, d, _ in devices_of(result)] == ["g0", "g0", "g1", "g1"]

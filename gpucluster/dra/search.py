@@ -289,6 +289,17 @@ class _DistinctIndex:
 
 
 @dataclass(slots=True, eq=False)
+class _Rest:
+    """A request and the later ones of the pod, for the capacity bound: ``later_need`` devices
+    after this request (``own_later`` of them in its claim), and per usable entry (for any of
+    them) what each of those requests would take of it if it is shared (empty: allocated whole)."""
+
+    later_need: int
+    own_later: int
+    users: list[tuple[int, list[capacity.Demand]]]
+
+
+@dataclass(slots=True, eq=False)
 class _Req:
     claim_index: int
     request_index: int
@@ -346,6 +357,7 @@ class NodeSearch:
             self.shared = [False] * len(entries)
         self.any_shared = True in self.shared
         self.reqs: list[_Req] = []
+        self.rests: dict[int, _Rest | None] = {}  # request uid -> see _rest
         self.groups: list[list[list[_Req]]] = []  # claim -> request -> alternatives
         self.constraints: list[list[_Constraint]] = []
         self.steps = 0
@@ -361,6 +373,7 @@ class NodeSearch:
         self.consumed: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.capacity_used: dict[DeviceKey, dict[str, Fraction]] = {}  # shared devices
         self.shares: dict[DeviceKey, int] = {}  # shared device -> allocations chosen in this search
+        self.slot_note = ""  # why the capacity bound stopped the search (recorded on replay)
         self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
         self.record = False
@@ -776,6 +789,8 @@ class NodeSearch:
             return self._allocate_one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + req.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
             raise _MaxSizeExceeded
+        if self.any_shared and not all_mode and self._slots_short(ci, ri, req, di):
+            return False
 
         if all_mode:
             entry = req.all_devices[di]
@@ -894,6 +909,93 @@ class NodeSearch:
                 return True
             self._deallocate(req, entry)
         return False
+
+    def _rest(self, ci: int, ri: int, req: _Req) -> _Rest | None:
+        """What this request and every later one of the pod ask for, when the capacity bound
+        applies to them (see :meth:`_slots_short`); None when it does not."""
+        key = req.uid
+        if key in self.rests:
+            return self.rests[key]
+        rest: _Rest | None = None
+        later = [alts for alts in self.groups[ci][ri + 1 :]]
+        later_claims = [alts for groups in self.groups[ci + 1 :] for alts in groups]
+        own_later = sum(alts[0].num_devices for alts in later if len(alts) == 1)
+        reqs = [req, *(alts[0] for alts in later + later_claims if len(alts) == 1)]
+        plain = len(reqs) == 1 + len(later) + len(later_claims) and all(
+            r.spec.mode != "All" and not r.spec.admin_access and not r.cel_failures for r in reqs
+        )
+        # The search below must end in "no" (never at the results limit, which subrequests of
+        # earlier claims react to): every later claim within the limit on its own.
+        plain = plain and all(
+            sum(alts[0].num_devices for alts in groups) <= ALLOCATION_RESULTS_MAX_SIZE
+            for groups in self.groups[ci + 1 :]
+        )
+        if plain:
+            users: list[tuple[int, list[capacity.Demand]]] = []
+            for index, entry in enumerate(self.entries):
+                usable = [r for r in reqs if r.static[index] is None]
+                if not usable:
+                    continue
+                demands: list[capacity.Demand] = []
+                if self.shared[index]:
+                    for r in usable:
+                        found = self._demand(r, entry)
+                        assert not isinstance(found, str)  # a static reason otherwise
+                        demands.append(found)
+                users.append((index, demands))
+            rest = _Rest(sum(r.num_devices for r in reqs[1:]), own_later, users)
+        self.rests[key] = rest
+        return rest
+
+    def _slots_short(self, ci: int, ri: int, req: _Req, di: int) -> bool:
+        """Whether the devices cannot host the allocations the pod still needs (this request's
+        remaining devices and every later request's), counting for each usable device how many
+        more allocations its capacity left can take at least at the smallest amount asked of it
+        (a device allocated whole takes one). Only where shared devices make the count bounds
+        give up; constraints and counters are ignored, so this never rules out a solution."""
+        rest = self._rest(ci, ri, req)
+        if rest is None:
+            return False
+        need = req.num_devices - di + rest.later_need
+        if len(self.results[ci]) + req.num_devices - di + rest.own_later > ALLOCATION_RESULTS_MAX_SIZE:
+            return False  # the results limit decides first
+        slots = 0
+        once = self.sem.combinations  # 1.36: a request takes a shared device once
+        for index, demands in rest.users:
+            d = self.entries[index].device
+            assert d is not None
+            if not demands:
+                if not self.allocating.get(d.key):
+                    slots += 1
+            else:
+                used = self.capacity_used.get(d.key) or self.ctx.consumed.get(d.key) or {}
+                fit: int | None = None
+                totals = demands[0].totals
+                for key, total in totals.items():
+                    low = min(dm.amounts[key] for dm in demands)
+                    if low > 0:
+                        n = int((total - used.get(key, Fraction(0))) // low)
+                        fit = n if fit is None or n < fit else fit
+                if fit is None:
+                    return False  # nothing limits this device
+                slots += max(0, min(fit, len(demands)) if once else fit)
+            if slots >= need:
+                return False
+        if self.record:
+            self.slot_note = (
+                f"the capacity left on the usable devices takes at most {slots} more allocation(s), "
+                f"{need} needed by claim {self.ctx.claims[ci].ref}, request {req.spec.full_name} and the requests after it"
+            )
+            for index, _ in rest.users:
+                entry = self.entries[index]
+                if req.static[index] is not None or not self.shared[index]:
+                    continue
+                assert entry.device is not None
+                found = self._demand(req, entry)
+                left = self.capacity_used.get(entry.device.key) or self.ctx.consumed.get(entry.device.key)
+                why = found.over(left) if not isinstance(found, str) else found
+                self._note(req, entry, why + " after the allocations already chosen" if why else self.slot_note)
+        return True
 
     def _pruned(self, ci: int, req: _Req, index: int) -> None:
         """Entries from ``index`` on are not tried: raise the CEL error upstream would meet there."""
@@ -1239,7 +1341,9 @@ class NodeSearch:
             reasons.append(gave_up)
         if fatal:
             reasons.append(fatal)
-        elif not done and self.sem.skip_unusable_pools and any(p.invalid for p in self.pools):
+        elif not done and self.slot_note:
+            reasons.append(self.slot_note)
+        if not fatal and not done and self.sem.skip_unusable_pools and any(p.invalid for p in self.pools):
             reasons.append("invalid resource pools were encountered")
         if not self.entries and not fatal and not done:
             reasons.append("no devices are published for this node")
