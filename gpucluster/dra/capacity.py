@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpucluster.dra.model import AllocatorInputError, parse_quantity
-from gpucluster.dra.quantity import Format, Quantity
+from gpucluster.dra.quantity import Format, Quantity, parse_cached
 
 Requests = Sequence[tuple[str, Fraction]]
 
@@ -170,7 +170,7 @@ def demand(device: Mapping[str, Any], driver: str, requests: Requests | None) ->
         amounts[key] = amount
         totals[key] = total
         published[key] = name
-        formats[key] = Quantity.parse(value).format if isinstance(value, str) else "DecimalSI"
+        formats[key] = parse_cached(value).format if isinstance(value, str) else "DecimalSI"
     return Demand(amounts, totals, published, formats)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from gpucluster.dra.quantity import Quantity, QuantityError
+from gpucluster.dra.quantity import QuantityError, parse_cached
 from gpucluster.nodeselector import parse_int64, requirement_matches
 
 # resourceapi.AllocationResultsMaxSize (k8s.io/api/resource/v1).
@@ -110,7 +110,7 @@ def parse_quantity(value: Any, where: str) -> Fraction:
         raise AllocatorInputError(f"{where}: quantity must be a string or a number, not {value!r}")
     text = value if isinstance(value, str) else str(value)
     try:
-        return Quantity.parse(text).value
+        return parse_cached(text).value
     except QuantityError as exc:
         raise AllocatorInputError(f"{where}: {exc}") from None
 

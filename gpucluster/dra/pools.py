@@ -57,7 +57,7 @@ class Device:
     ident: str = ""  # "driver/pool/device", as explanations name it
     plain: bool = True  # no taints, consumes no counters, does not allow multiple allocations
     multi: bool = False  # allowMultipleAllocations: shared among allocations with DRAConsumableCapacity
-    capacity_policies: bool = False  # some capacity has a requestPolicy
+    capacity_policies: bool | None = None  # some capacity has a requestPolicy (None: not looked at yet)
     # Why CEL cannot see the device (an attribute that does not convert), "" if it can; None:
     # not checked yet (see search.NodeSearch._selectors).
     conversion_error: str | None = None
@@ -260,7 +260,6 @@ def parse_slice(raw: Mapping[str, Any], index: int) -> Slice:
                 all_nodes=d.get("allNodes") is True,
                 node_selector=dev_selector,
                 multi=d.get("allowMultipleAllocations") is True,
-                capacity_policies=_has_policy(d.get("capacity")),
             )
         )
     return Slice(
@@ -306,14 +305,13 @@ def _plain_device(d: Any, driver: str, pool: str, index: int) -> Device | None:
         consumes=(),
         has_binding_conditions=False,
         multi=d.get("allowMultipleAllocations") is True,
-        capacity_policies=_has_policy(d.get("capacity")),
     )
 
 
-def _has_policy(capacity: Any) -> bool:
+def has_request_policy(capacity: Any) -> bool:
     """Whether some capacity has a ``requestPolicy`` (the API server allows one only on devices
     that allow multiple allocations; the allocator checks it on every device)."""
-    if type(capacity) is not dict or not capacity:
+    if type(capacity) is not dict:
         return False
     return any(type(c) is dict and c.get("requestPolicy") is not None for c in capacity.values())
 

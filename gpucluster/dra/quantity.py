@@ -517,3 +517,20 @@ def _int64_amount_add(a: int, a_scale: int, b: int, b_scale: int) -> tuple[int, 
     if not _INT64_MIN <= total <= _INT64_MAX:
         return None
     return total, scale
+
+
+# Memo keyed by the text itself (never by id() or a generation): a Quantity is immutable and a pure
+# function of its text, so an entry can never be stale; bounded by size. Capacities and CEL
+# quantity() calls repeat the same few texts on every device of every node.
+PARSED: dict[str, Quantity] = {}
+
+
+def parse_cached(s: str) -> Quantity:
+    """:meth:`Quantity.parse`, memoized by text."""
+    q = PARSED.get(s)
+    if q is None:
+        q = Quantity.parse(s)
+        if len(PARSED) > 65536:
+            PARSED.clear()
+        PARSED[s] = q
+    return q

@@ -50,7 +50,7 @@ from typing import Any
 from gpucluster.dra import capacity
 from gpucluster.dra.claims import ClaimSpec, ConstraintSpec, DeviceClassInfo, RequestSpec, Selector
 from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInfo, Semantics
-from gpucluster.dra.pools import Device, Pool, Slice
+from gpucluster.dra.pools import Device, Pool, Slice, has_request_policy
 from gpucluster.dra.quantity import Quantity
 
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -178,10 +178,23 @@ def value_of(device: Device, name: str) -> Any:
     cache = device.values
     if cache is None:
         cache = device.values = {}
-    elif name in cache:
-        return cache[name]
-    raw = lookup_attribute(device, name)
-    value = _MISSING if raw is _MISSING else _attribute_value(raw)
+    else:
+        value = cache.get(name, _MISSING)
+        if value is not _MISSING or name in cache:
+            return value
+    # lookup_attribute and _attribute_value, inlined: this runs for every device of every node.
+    attrs = device.attributes
+    raw = attrs.get(name, _MISSING)
+    if raw is _MISSING:
+        domain, _, ident = name.partition("/")
+        if domain == device.key[0]:
+            raw = attrs.get(ident, _MISSING)
+    if raw is _MISSING:
+        value = _MISSING
+    elif type(raw) is dict and raw.get("string") is not None:
+        value = ("string", raw["string"])
+    else:
+        value = _attribute_value(raw)
     cache[name] = value
     return value
 
@@ -492,8 +505,14 @@ class NodeSearch:
         claims' shared allocations consume (``CmpRequestOverCapacity``, DRAConsumableCapacity on)."""
         d = entry.device
         assert d is not None
-        if not d.multi and req.spec.capacity is None and not d.capacity_policies:
-            return ""  # takes every capacity whole, and nothing else shares the device: it fits
+        if not d.multi and req.spec.capacity is None:
+            policies = d.capacity_policies
+            if policies is None:
+                s = entry.slice
+                assert s is not None
+                policies = d.capacity_policies = has_request_policy(s.raw["spec"]["devices"][d.index].get("capacity"))
+            if not policies:
+                return ""  # takes every capacity whole, and nothing else shares the device: it fits
         found = self._demand(req, entry)
         return found if isinstance(found, str) else found.over(self.ctx.consumed.get(d.key))
 
@@ -789,8 +808,8 @@ class NodeSearch:
             return self._allocate_one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + req.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
             raise _MaxSizeExceeded
-        if self.any_shared and not all_mode and self._slots_short(ci, ri, req, di):
-            return False
+        if self.any_shared and di == 0 and not all_mode and self._slots_short(ci, ri, req, di):
+            return False  # checked as each request starts: where several requests multiply the work
 
         if all_mode:
             entry = req.all_devices[di]
@@ -1164,13 +1183,19 @@ class NodeSearch:
                 continue
             positions: dict[tuple[str, Any], list[int]] = {}
             values: list[tuple[str, Any] | None] = [None] * len(statics)
+            name = c.spec.attribute
             for i, r in enumerate(statics):
-                d = entries[i].device
-                if r is None and d is not None:
-                    value = value_of(d, c.spec.attribute)
+                if r is None:
+                    d = entries[i].device
+                    assert d is not None
+                    value = value_of(d, name)
                     if value is not None and value is not _MISSING:
                         values[i] = value
-                        positions.setdefault(value, []).append(i)
+                        found = positions.get(value)
+                        if found is None:
+                            positions[value] = [i]
+                        else:
+                            found.append(i)
             req.by_value[k] = positions
             req.value_at[k] = values
 

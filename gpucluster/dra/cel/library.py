@@ -40,7 +40,7 @@ from gpucluster.dra.cel.values import (
     type_name,
     uint_overflow,
 )
-from gpucluster.dra.quantity import Quantity, QuantityError
+from gpucluster.dra.quantity import PARSED, Quantity, QuantityError, parse_cached
 from gpucluster.dra.semver import Semver, SemverError
 
 
@@ -1071,17 +1071,8 @@ def find_all_(s: Any, pattern: Any, *rest: Any) -> list[str]:
 
 # Parse memos keyed by the text itself (never by id() or a generation): a Quantity or Semver is
 # immutable and a pure function of its text, so an entry can never be stale; bounded by size.
-_QUANTITY_CACHE: dict[str, Quantity] = {}
-
-
-def parse_quantity(s: str) -> Quantity:
-    q = _QUANTITY_CACHE.get(s)
-    if q is None:
-        q = Quantity.parse(s)
-        if len(_QUANTITY_CACHE) > 65536:
-            _QUANTITY_CACHE.clear()
-        _QUANTITY_CACHE[s] = q
-    return q
+_QUANTITY_CACHE = PARSED
+parse_quantity = parse_cached
 
 
 @_impl("quantity")
