@@ -108,7 +108,10 @@ class ExplainContext:
     deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
     # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
     selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
-    selector_labels: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # request uid ->
+    selector_labels: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # by request uid
+    # capacity.requests -> a small id (requests asking the same capacity share what it takes)
+    capacity_ids: dict[tuple[tuple[str, Fraction], ...], int] = field(default_factory=dict)
+    capacity_by_request: dict[int, int] = field(default_factory=dict)  # request uid -> its capacity id
     # DRAConsumableCapacity: devices other claims hold shares of (results with a shareID), and
     # what those shares consume of a device (results with consumedCapacity), by fully-qualified
     # capacity name.
@@ -309,7 +312,9 @@ class _Rest:
 
     later_need: int
     own_later: int
-    users: list[tuple[int, list[capacity.Demand]]]
+    # (entry index, None for a device allocated whole, else (the smallest amount any of them
+    # takes per capacity, the device's capacities, how many of them can use it))
+    users: list[tuple[int, tuple[dict[str, Fraction], Mapping[str, Fraction], int] | None]]
 
 
 @dataclass(slots=True, eq=False)
@@ -322,6 +327,7 @@ class _Req:
     uid: int
     is_sub: bool
     constraints: list[_Constraint]  # the claim's constraints that apply to this request
+    capacity_id: int = 0  # requests asking the same capacity.requests have the same id
     static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
     num_devices: int = 0
     all_devices: list[_Entry] = field(default_factory=list)
@@ -336,8 +342,6 @@ class _Req:
     distinct: dict[int, _DistinctIndex] = field(default_factory=dict)
     # Usable entries that consume shared counters: index -> (counter scope, amount per counter).
     consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]] = field(default_factory=dict)
-    # DRAConsumableCapacity: entry index -> what one allocation takes of the device (or why none can).
-    demands: dict[int, capacity.Demand | str] = field(default_factory=dict)
 
 
 class NodeSearch:
@@ -371,6 +375,11 @@ class NodeSearch:
         self.any_shared = True in self.shared
         self.reqs: list[_Req] = []
         self.rests: dict[int, _Rest | None] = {}  # request uid -> see _rest
+        self.class_results: dict[tuple[str, Device], StaticResult] = {}  # see _selectors
+        # DRAConsumableCapacity: (capacity requests, entry index) -> what one allocation takes of
+        # the device, or why none can.
+        self.demands: dict[tuple[int, int], capacity.Demand | str] = {}
+        self.capacity_reasons: dict[tuple[int, int], str] = {}  # the same key: _capacity_reason
         self.groups: list[list[list[_Req]]] = []  # claim -> request -> alternatives
         self.constraints: list[list[_Constraint]] = []
         self.steps = 0
@@ -394,6 +403,18 @@ class NodeSearch:
 
     # -- setup ---------------------------------------------------------------------------------
 
+    def _capacity_id(self, uid: int, spec: RequestSpec) -> int:
+        if spec.capacity is None:
+            return 0
+        found = self.ctx.capacity_by_request.get(uid)
+        if found is None:
+            ids = self.ctx.capacity_ids
+            found = ids.get(spec.capacity)
+            if found is None:
+                found = ids[spec.capacity] = len(ids) + 1
+            self.ctx.capacity_by_request[uid] = found
+        return found
+
     def _build_requests(self) -> None:
         for ci, claim in enumerate(self.ctx.claims):
             constraints: list[_Constraint] = [
@@ -413,6 +434,7 @@ class NodeSearch:
                         uid=_request_uid(ci, ri, si),
                         is_sub=group.exactly is None,
                         constraints=[c for c in constraints if c.spec.applies_to(spec)],
+                        capacity_id=self._capacity_id(_request_uid(ci, ri, si), spec),
                     )
                     self.reqs.append(req)
                     alternatives.append(req)
@@ -438,36 +460,71 @@ class NodeSearch:
             if views is None:
                 views = s.views = list(self.ctx.views(s.raw))
             view = views[d.index]
-            runtime_error = self.ctx.runtime_error
-            check = self.ctx.conversion_error
-            if check is not None and (req.cls.selectors or req.spec.selectors):
-                # DeviceMatches converts every attribute before evaluating: one it cannot
-                # convert fails the first selector, whatever the selector reads.
-                bad = d.conversion_error
-                if bad is None:
-                    bad = d.conversion_error = check(view)
-                if bad:
-                    cls = bool(req.cls.selectors)
-                    first = (req.cls.selectors or req.spec.selectors)[0]
-                    result = self._cel_failure(req, first, runtime_error(bad), cls=cls)
-                    if shared:
-                        cache[key] = result
-                    return result
-            for cls, selectors in ((True, req.cls.selectors), (False, req.spec.selectors)):
-                for sel in selectors:
-                    try:
-                        ok = sel.program.evaluate(view)
-                    except runtime_error as exc:
-                        result = self._cel_failure(req, sel, exc, cls=cls)
-                        break
-                    if ok is not True:
-                        result = f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
-                        break
-                if result is not None:
-                    break
+            if len(self.reqs) == 1:
+                result = self._evaluate_all(req, view, d)
+            else:
+                if req.cls.selectors:
+                    # Requests of one class share its verdict (several requests of a pod).
+                    class_key = (req.cls.name, d)
+                    if class_key in self.class_results:
+                        result = self.class_results[class_key]
+                    else:
+                        result = self.class_results[class_key] = self._evaluate(req, view, d, cls=True)
+                if result is None and req.spec.selectors:
+                    result = self._evaluate(req, view, d, cls=False)
         if shared:
             cache[key] = result
         return result
+
+    def _evaluate_all(self, req: _Req, view: Any, d: Device) -> StaticResult:
+        """:meth:`_evaluate` of the class's selectors, then the request's, in one call: the path
+        of every device of every node for a pod with one request."""
+        runtime_error = self.ctx.runtime_error
+        check = self.ctx.conversion_error
+        if check is not None and (req.cls.selectors or req.spec.selectors):
+            bad = d.conversion_error
+            if bad is None:
+                bad = d.conversion_error = check(view)
+            if bad:
+                cls = bool(req.cls.selectors)
+                return self._cel_failure(req, (req.cls.selectors or req.spec.selectors)[0], runtime_error(bad), cls=cls)
+        for sel in req.cls.selectors:
+            try:
+                ok = sel.program.evaluate(view)
+            except runtime_error as exc:
+                return self._cel_failure(req, sel, exc, cls=True)
+            if ok is not True:
+                return f"class selector #{sel.index} false"
+        for sel in req.spec.selectors:
+            try:
+                ok = sel.program.evaluate(view)
+            except runtime_error as exc:
+                return self._cel_failure(req, sel, exc, cls=False)
+            if ok is not True:
+                return f"selector #{sel.index} false"
+        return None
+
+    def _evaluate(self, req: _Req, view: Any, d: Device, *, cls: bool) -> StaticResult:
+        """The class's (``cls``) or the request's selectors on one device: None when all match."""
+        runtime_error = self.ctx.runtime_error
+        selectors = req.cls.selectors if cls else req.spec.selectors
+        check = self.ctx.conversion_error
+        if check is not None and (cls or not req.cls.selectors):
+            # DeviceMatches converts every attribute before evaluating: one it cannot convert
+            # fails the first selector, whatever the selector reads.
+            bad = d.conversion_error
+            if bad is None:
+                bad = d.conversion_error = check(view)
+            if bad:
+                return self._cel_failure(req, selectors[0], runtime_error(bad), cls=cls)
+        for sel in selectors:
+            try:
+                ok = sel.program.evaluate(view)
+            except runtime_error as exc:
+                return self._cel_failure(req, sel, exc, cls=cls)
+            if ok is not True:
+                return f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
+        return None
 
     def _cel_failure(self, req: _Req, sel: Selector, exc: Exception, *, cls: bool) -> CelFailure:
         if cls:
@@ -491,13 +548,13 @@ class NodeSearch:
         return ""
 
     def _demand(self, req: _Req, entry: _Entry) -> capacity.Demand | str:
-        found = req.demands.get(entry.index)
+        # Requests asking the same capacity share what one allocation takes of a device.
+        key = (req.capacity_id, entry.index)
+        found = self.demands.get(key)
         if found is None:
             s, d = entry.slice, entry.device
             assert s is not None and d is not None
-            found = req.demands[entry.index] = capacity.demand(
-                s.raw["spec"]["devices"][d.index], s.driver, req.spec.capacity
-            )
+            found = self.demands[key] = capacity.demand(s.raw["spec"]["devices"][d.index], s.driver, req.spec.capacity)
         return found
 
     def _capacity_reason(self, req: _Req, entry: _Entry) -> str:
@@ -513,8 +570,13 @@ class NodeSearch:
                 policies = d.capacity_policies = has_request_policy(s.raw["spec"]["devices"][d.index].get("capacity"))
             if not policies:
                 return ""  # takes every capacity whole, and nothing else shares the device: it fits
-        found = self._demand(req, entry)
-        return found if isinstance(found, str) else found.over(self.ctx.consumed.get(d.key))
+        key = (req.capacity_id, entry.index)
+        reason = self.capacity_reasons.get(key)
+        if reason is None:
+            found = self._demand(req, entry)
+            reason = found if isinstance(found, str) else found.over(self.ctx.consumed.get(d.key))
+            self.capacity_reasons[key] = reason
+        return reason
 
     def _take_capacity(self, req: _Req, entry: _Entry) -> tuple[capacity.Demand | None, str]:
         """Reserve what this allocation of a shared device consumes; (None, why) if it does not fit."""
@@ -950,18 +1012,25 @@ class NodeSearch:
             for groups in self.groups[ci + 1 :]
         )
         if plain:
-            users: list[tuple[int, list[capacity.Demand]]] = []
+            users: list[tuple[int, tuple[dict[str, Fraction], Mapping[str, Fraction], int] | None]] = []
             for index, entry in enumerate(self.entries):
                 usable = [r for r in reqs if r.static[index] is None]
                 if not usable:
                     continue
-                demands: list[capacity.Demand] = []
-                if self.shared[index]:
-                    for r in usable:
-                        found = self._demand(r, entry)
-                        assert not isinstance(found, str)  # a static reason otherwise
-                        demands.append(found)
-                users.append((index, demands))
+                if not self.shared[index]:
+                    users.append((index, None))
+                    continue
+                lows: dict[str, Fraction] = {}
+                totals: Mapping[str, Fraction] = {}
+                for r in usable:
+                    found = self._demand(r, entry)
+                    assert not isinstance(found, str)  # a static reason otherwise
+                    totals = found.totals
+                    for name, amount in found.amounts.items():
+                        low = lows.get(name)
+                        if low is None or amount < low:
+                            lows[name] = amount
+                users.append((index, ({k: v for k, v in lows.items() if v > 0}, totals, len(usable))))
             rest = _Rest(sum(r.num_devices for r in reqs[1:]), own_later, users)
         self.rests[key] = rest
         return rest
@@ -980,24 +1049,24 @@ class NodeSearch:
             return False  # the results limit decides first
         slots = 0
         once = self.sem.combinations  # 1.36: a request takes a shared device once
-        for index, demands in rest.users:
+        for index, share in rest.users:
             d = self.entries[index].device
             assert d is not None
-            if not demands:
+            if share is None:
                 if not self.allocating.get(d.key):
                     slots += 1
             else:
+                lows, totals, users = share
+                if not lows:
+                    return False  # nothing limits this device
                 used = self.capacity_used.get(d.key) or self.ctx.consumed.get(d.key) or {}
                 fit: int | None = None
-                totals = demands[0].totals
-                for key, total in totals.items():
-                    low = min(dm.amounts[key] for dm in demands)
-                    if low > 0:
-                        n = int((total - used.get(key, Fraction(0))) // low)
-                        fit = n if fit is None or n < fit else fit
-                if fit is None:
-                    return False  # nothing limits this device
-                slots += max(0, min(fit, len(demands)) if once else fit)
+                for key, low in lows.items():
+                    left = totals[key] - used[key] if key in used else totals[key]
+                    n = int(left // low)
+                    fit = n if fit is None or n < fit else fit
+                assert fit is not None
+                slots += max(0, min(fit, users) if once else fit)
             if slots >= need:
                 return False
         if self.record:
@@ -1011,8 +1080,8 @@ class NodeSearch:
                     continue
                 assert entry.device is not None
                 found = self._demand(req, entry)
-                left = self.capacity_used.get(entry.device.key) or self.ctx.consumed.get(entry.device.key)
-                why = found.over(left) if not isinstance(found, str) else found
+                taken = self.capacity_used.get(entry.device.key) or self.ctx.consumed.get(entry.device.key)
+                why = found.over(taken) if not isinstance(found, str) else found
                 self._note(req, entry, why + " after the allocations already chosen" if why else self.slot_note)
         return True
 
