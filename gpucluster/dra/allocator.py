@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -243,6 +244,7 @@ def _request_label(claim: str, request: str, multi: bool) -> str:
     return f"claim {claim}, request {request}" if multi else f"request {request}"
 
 
+@functools.lru_cache(maxsize=4096)  # the same few reasons on every node
 def _category(reason: str) -> str:
     if reason.startswith("in use by "):
         return "in use"
@@ -259,11 +261,15 @@ def _summary(report: RequestReport, multi: bool, *, text: bool = False) -> str:
     )
     if report.chosen is not None:
         line += ", chosen" if report.chosen else ", not chosen"
-    counts = Counter(_category(reason) for _, reason in report.rejections) if report.rejections else None
-    if counts:
+    if report.rejections:
+        # Counter.most_common's order (by count, then first seen), without a Counter per node.
+        counts: dict[str, int] = {}
+        for _, reason in report.rejections:
+            category = _category(reason)
+            counts[category] = counts.get(category, 0) + 1
         expressions = dict(report.selectors)
         parts = []
-        for category, n in counts.most_common():
+        for category, n in sorted(counts.items(), key=itemgetter(1), reverse=True):
             part = f"{n} {category}"
             expr = expressions.get(category.removesuffix(" false"))
             if text and expr is not None:

@@ -38,7 +38,6 @@ scheduler's filter timeout): past it the node's answer says "gave up after N ms 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from bisect import bisect_left
@@ -1213,7 +1212,32 @@ class NodeSearch:
                         f"{_show(c.value)} of the devices already chosen)",
                     )
 
+    def _drop_settled(self, req: _Req, usable: Sequence[int]) -> None:
+        """Leave out of the search a matchAttribute constraint every device the request may take
+        (``usable``: entry indices) satisfies with one value, when no other request of the claim
+        is bound by it: it can never fail there, so it only costs time."""
+        if not any(isinstance(c, _MatchAttribute) for c in req.constraints):
+            return
+        entries = self.entries
+        others = [r for alts in self.groups[req.claim_index] for r in alts if r.request_index != req.request_index]
+        kept = []
+        for c in req.constraints:
+            if isinstance(c, _MatchAttribute) and not any(c in r.constraints for r in others):
+                name = c.spec.attribute
+                values: set[Any] = set()
+                for i in usable:
+                    d = entries[i].device
+                    assert d is not None
+                    values.add(value_of(d, name))
+                    if len(values) > 1:
+                        break
+                if len(values) <= 1 and None not in values and _MISSING not in values:
+                    continue
+            kept.append(c)
+        req.constraints = kept
+
     def _index_for_pruning(self, req: _Req) -> None:
+        self._drop_settled(req, [i for i, r in enumerate(req.static) if r is None])
         statics = req.static
         usable = [0] * (len(statics) + 1)
         any_shared = False
@@ -1304,6 +1328,7 @@ class NodeSearch:
                 for req in alternatives:
                     if req.spec.mode == "All":
                         self._prepare_all(claim, req)
+                        self._drop_settled(req, [e.index for e in req.all_devices])
                     else:
                         req.num_devices = req.spec.count
                     fewest = req.num_devices if fewest is None else min(fewest, req.num_devices)
@@ -1400,16 +1425,6 @@ class NodeSearch:
         except _MaxSizeExceeded:
             return False
 
-    def _replay(self) -> None:
-        """Search once more, noting why devices were passed over (only when the search failed)."""
-        steps = self.steps
-        self._reset()
-        self.record = True
-        self.steps = 0
-        with contextlib.suppress(_StepsExceeded, _DeadlineExceeded):
-            self._search()
-        self.steps = steps
-
     def run(self) -> NodeOutcome:
         self._build_requests()
         fatal = ""
@@ -1421,9 +1436,10 @@ class NodeSearch:
             self.give_up_at = self.started + self.ctx.deadline_ms / 1000
         try:
             self._prepare()
+            # Recording why devices are passed over costs little next to searching again to
+            # record it when the search fails.
+            self.record = True
             done = self._search()
-            if not done:
-                self._replay()
         except FatalError as exc:
             fatal = str(exc)
         except _StepsExceeded:
