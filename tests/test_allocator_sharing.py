@@ -244,3 +244,17 @@ def test_the_bound_counts_the_smallest_amount_asked_of_a_device() -> None:
     assert not explain([claim(*requests)], cluster(shared_gpu("g0")), feature_gates=CC).satisfiable
     result = explain([claim(*requests)], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC)
     assert [d for _, d, _ in devices_of(result)] == ["g0", "g0", "g1", "g1"]
+
+
+def test_an_attribute_cel_cannot_convert_fails_a_request_selector_when_the_class_has_none() -> None:
+    broken = dev("g0")
+    broken["attributes"]["model"] = {}
+    no_selectors = {**device_class(), "spec": {}}
+    picky = exact(selectors=[{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}])
+    for claims in ([claim(picky)], [claim(picky), claim(picky, name="d")]):
+        result = explain(claims, [no_selectors, node("n1"), rslice("s1", "n1", "n1", broken)])
+        assert result.errors == [
+            "claim default/c: selector #0: CEL runtime error: attribute model: unsupported attribute value"
+        ], claims
+    # Neither has a selector: nothing is evaluated, nothing fails.
+    assert explain([claim(exact())], [no_selectors, node("n1"), rslice("s1", "n1", "n1", broken)]).satisfiable

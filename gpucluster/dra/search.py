@@ -55,6 +55,8 @@ from gpucluster.dra.quantity import Quantity
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 _COUNTERS_GATED = "consumes counters, but DRAPartitionableDevices is off"
 
+_CLASS_AND_REQUEST, _CLASS_ONLY, _REQUEST_ONLY = (True, False), (True,), (False,)  # see _evaluate
+
 _SHARED_WEIGHT = 1 << 20
 """What a usable shared device counts for in the count bound: more than any request needs."""
 
@@ -460,7 +462,7 @@ class NodeSearch:
                 views = s.views = list(self.ctx.views(s.raw))
             view = views[d.index]
             if len(self.reqs) == 1:
-                result = self._evaluate_all(req, view, d)
+                result = self._evaluate(req, view, d, _CLASS_AND_REQUEST)
             else:
                 if req.cls.selectors:
                     # Requests of one class share its verdict (several requests of a pod).
@@ -468,61 +470,41 @@ class NodeSearch:
                     if class_key in self.class_results:
                         result = self.class_results[class_key]
                     else:
-                        result = self.class_results[class_key] = self._evaluate(req, view, d, cls=True)
+                        result = self.class_results[class_key] = self._evaluate(req, view, d, _CLASS_ONLY)
                 if result is None and req.spec.selectors:
-                    result = self._evaluate(req, view, d, cls=False)
+                    result = self._evaluate(req, view, d, _REQUEST_ONLY)
         if shared:
             cache[key] = result
         return result
 
-    def _evaluate_all(self, req: _Req, view: Any, d: Device) -> StaticResult:
-        """:meth:`_evaluate` of the class's selectors, then the request's, in one call: the path
-        of every device of every node for a pod with one request."""
+    def _evaluate(self, req: _Req, view: Any, d: Device, parts: tuple[bool, ...]) -> StaticResult:
+        """The class's selectors (``True`` in ``parts``), then the request's (``False``), on one
+        device: None when all match, else the first that does not."""
         runtime_error = self.ctx.runtime_error
         check = self.ctx.conversion_error
-        if check is not None and (req.cls.selectors or req.spec.selectors):
-            bad = d.conversion_error
-            if bad is None:
-                bad = d.conversion_error = check(view)
-            if bad:
-                cls = bool(req.cls.selectors)
-                return self._cel_failure(req, (req.cls.selectors or req.spec.selectors)[0], runtime_error(bad), cls=cls)
-        for sel in req.cls.selectors:
-            try:
-                ok = sel.program.evaluate(view)
-            except runtime_error as exc:
-                return self._cel_failure(req, sel, exc, cls=True)
-            if ok is not True:
-                return f"class selector #{sel.index} false"
-        for sel in req.spec.selectors:
-            try:
-                ok = sel.program.evaluate(view)
-            except runtime_error as exc:
-                return self._cel_failure(req, sel, exc, cls=False)
-            if ok is not True:
-                return f"selector #{sel.index} false"
-        return None
-
-    def _evaluate(self, req: _Req, view: Any, d: Device, *, cls: bool) -> StaticResult:
-        """The class's (``cls``) or the request's selectors on one device: None when all match."""
-        runtime_error = self.ctx.runtime_error
-        selectors = req.cls.selectors if cls else req.spec.selectors
-        check = self.ctx.conversion_error
-        if check is not None and (cls or not req.cls.selectors):
+        # The device's first selector (the class's, else the request's) is among these?
+        if parts[0]:
+            first_here = bool(req.cls.selectors) or (len(parts) > 1 and bool(req.spec.selectors))
+        else:
+            first_here = not req.cls.selectors and bool(req.spec.selectors)
+        if check is not None and first_here:
             # DeviceMatches converts every attribute before evaluating: one it cannot convert
             # fails the first selector, whatever the selector reads.
             bad = d.conversion_error
             if bad is None:
                 bad = d.conversion_error = check(view)
             if bad:
-                return self._cel_failure(req, selectors[0], runtime_error(bad), cls=cls)
-        for sel in selectors:
-            try:
-                ok = sel.program.evaluate(view)
-            except runtime_error as exc:
-                return self._cel_failure(req, sel, exc, cls=cls)
-            if ok is not True:
-                return f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
+                cls = bool(req.cls.selectors)
+                first = (req.cls.selectors or req.spec.selectors)[0]
+                return self._cel_failure(req, first, runtime_error(bad), cls=cls)
+        for cls in parts:
+            for sel in req.cls.selectors if cls else req.spec.selectors:
+                try:
+                    ok = sel.program.evaluate(view)
+                except runtime_error as exc:
+                    return self._cel_failure(req, sel, exc, cls=cls)
+                if ok is not True:
+                    return f"class selector #{sel.index} false" if cls else f"selector #{sel.index} false"
         return None
 
     def _cel_failure(self, req: _Req, sel: Selector, exc: Exception, *, cls: bool) -> CelFailure:
