@@ -30,10 +30,12 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from gpucluster.dra.gates import supported_version
 from sandbox import kubeconfig, pki
 from sandbox.apiserver import rbac
 from sandbox.apiserver.auth import Authenticator
 from sandbox.apiserver.core import ApiCore, Context
+from sandbox.apiserver.discovery import version_info
 from sandbox.apiserver.faults import Faults
 from sandbox.apiserver.gc import GarbageCollector
 from sandbox.apiserver.handlers import ApiHandlers, ServerOptions
@@ -87,7 +89,10 @@ class Sandbox:
         self.webhooks: WebhookAdmission | None = WebhookAdmission(self.core) if webhooks else None
         if self.webhooks is not None:
             self.webhooks.install()
-        self.sim: SimulatedCluster | None = SimulatedCluster(self.core, simulate) if simulate is not None else None
+        version = supported_version(version_info(git_version))
+        self.sim: SimulatedCluster | None = (
+            SimulatedCluster(self.core, simulate, kubernetes_version=version) if simulate is not None else None
+        )
         self.pki: pki.ServerPKI | None = None
         self.handlers: ApiHandlers | None = None
         self._runner: web.AppRunner | None = None

@@ -70,7 +70,9 @@ class SimulationOptions:
 
 
 class SimulatedCluster:
-    def __init__(self, core: ApiCore, options: SimulationOptions | None = None) -> None:
+    def __init__(
+        self, core: ApiCore, options: SimulationOptions | None = None, *, kubernetes_version: str = "1.34"
+    ) -> None:
         self.core = core
         self.options = options or SimulationOptions()
         self.plans = self.options.plans()
@@ -86,7 +88,8 @@ class SimulatedCluster:
         if opts.resourceclaims:
             self.controllers.append(ResourceClaimController(core))
         if opts.scheduler:
-            self.controllers.append(Scheduler(core))
+            # kube-scheduler allocates devices as its own version does (gates at their defaults).
+            self.controllers.append(Scheduler(core, kubernetes_version=kubernetes_version))
         self.runtime: ProcessRuntime | None = None
         if opts.kubelet:
             if opts.processes:

@@ -158,8 +158,9 @@ class Scheduler(Controller):
     field_manager = "kube-scheduler"
     backoff_max = 10.0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, kubernetes_version: str = "1.34", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.kubernetes_version = kubernetes_version  # the structured allocator's semantics
         self.unschedulable: dict[Key, float] = {}  # pod -> when it last failed
         self._pins: dict[Key, frozenset[str] | None] = {}  # unschedulable pod -> the nodes it may go to
         self._waiting_on: dict[str, set[Key]] = {}  # node -> unschedulable pods pinned to it
@@ -416,7 +417,7 @@ class Scheduler(Controller):
                 if c is not None and (c.get("status") or {}).get("allocation") and object_ref(c) not in own:
                     cluster.append(c)
         try:
-            result = explain(claims, cluster)
+            result = explain(claims, cluster, kubernetes_version=self.kubernetes_version)
         except AllocatorInputError as exc:
             return str(exc)
         if result.errors:
