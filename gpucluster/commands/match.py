@@ -43,24 +43,28 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _programs(expressions: list[str], *, consumable_capacity: bool) -> list[Any]:
+def _programs(expressions: list[str], *, consumable_capacity: bool, list_type_attributes: bool = False) -> list[Any]:
     programs = []
     for index, expression in enumerate(expressions):
         size = len(expression.encode())
         if size > MAX_EXPRESSION_LENGTH:
             raise InputError(f"expression #{index}: {size} bytes, longer than the 10 KiB limit")
         try:
-            programs.append(compile_selector(expression, consumable_capacity=consumable_capacity))
+            programs.append(
+                compile_selector(
+                    expression, consumable_capacity=consumable_capacity, list_type_attributes=list_type_attributes
+                )
+            )
         except CelCompileError as exc:
             raise InputError(f"expression #{index}: compile error at {exc}") from None
     return programs
 
 
-def _each_row(slices: list[dict[str, Any]], programs: list[Any]) -> Iterator[dict[str, Any]]:
+def _each_row(slices: list[dict[str, Any]], programs: list[Any], lists: bool = False) -> Iterator[dict[str, Any]]:
     for resource_slice in slices:
         spec = resource_slice["spec"]
         pool = str((spec.get("pool") or {}).get("name", ""))
-        for view in slice_views(resource_slice):
+        for view in slice_views(resource_slice, list_type_attributes=lists):
             for index, program in enumerate(programs):
                 try:
                     outcome, message = ("match" if program.evaluate(view) else "nomatch"), ""
@@ -143,11 +147,14 @@ def run(args: argparse.Namespace) -> int:
     except AllocatorInputError as exc:
         raise InputError(f"--feature-gates: {exc}") from None
     slices = _slices(args.filename)
-    programs = _programs(args.expression, consumable_capacity=enabled[gates.CONSUMABLE_CAPACITY])
+    lists = enabled.get(gates.LIST_TYPE_ATTRIBUTES, False)  # DRAListTypeAttributes (1.36 alpha)
+    programs = _programs(
+        args.expression, consumable_capacity=enabled[gates.CONSUMABLE_CAPACITY], list_type_attributes=lists
+    )
     if args.output == "json":
-        _write_json_stream(_each_row(slices, programs), sys.stdout)
+        _write_json_stream(_each_row(slices, programs, lists), sys.stdout)
         return EXIT_OK
-    rows = list(_each_row(slices, programs))
+    rows = list(_each_row(slices, programs, lists))
     if args.output == "summary":
         summary = [{"expression": i, "match": 0, "nomatch": 0, "error": 0} for i in range(len(args.expression))]
         for row in rows:

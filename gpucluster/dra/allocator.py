@@ -435,6 +435,17 @@ def explain(
             runtime_error=backend.runtime_error,
             conversion_error=backend.conversion_error,
         )
+    if selectors is None and semantics.list_type_attributes:
+        # DRAListTypeAttributes: list attributes convert (views) and `includes` compiles.
+        backend = SelectorBackend(
+            compile=functools.partial(
+                cel.compile_selector, consumable_capacity=semantics.consumable_capacity, list_type_attributes=True
+            ),
+            views=functools.partial(cel.slice_views, shapes=cel.Shapes(), list_type_attributes=True),
+            compile_error=backend.compile_error,
+            runtime_error=backend.runtime_error,
+            conversion_error=cel.list_conversion_error,
+        )
     gates = dict(semantics.gates)
     if not semantics.filter_timeout:
         deadline_ms = None

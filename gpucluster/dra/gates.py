@@ -12,7 +12,12 @@ DRAPartitionableDevices     off    off    on (beta)
 DRAConsumableCapacity       off    off    on (beta)
 DRADeviceBindingConditions  off    off    on (beta)
 DRASchedulerFilterTimeout   on     on     on (beta)
+DRAListTypeAttributes       -      -      off (alpha)
 =========================== ====== ====== ======================
+
+DRAListTypeAttributes (KEP-5491) does not exist before 1.36: setting it there is an
+"unrecognized feature gate" error. It is not in :data:`GATES` (the gates every version has, which
+:func:`defaults` reports): :func:`resolve` includes it only when ``overrides`` sets it.
 
 What each changes in the allocator (k8s.io/dynamic-resource-allocation/structured): with
 DRAAdminAccess off a request asking for admin access is an error; with DRAPrioritizedList off a
@@ -21,7 +26,10 @@ DRAPartitionableDevices off slices with ``sharedCounters`` or ``perDeviceNodeSel
 ignored and devices consuming counters are never allocated; with DRADeviceBindingConditions off
 devices with ``bindingConditions`` are never allocated; DRAConsumableCapacity declares
 ``device.allowMultipleAllocations`` in CEL; DRASchedulerFilterTimeout gives every node's search
-its deadline.
+its deadline; with DRAListTypeAttributes on, attributes may hold lists (``ints``, ``bools``,
+``strings``, ``versions``): CEL sees them as lists (plus ``x.includes(y)``), ``matchAttribute``
+needs values common to all devices and ``distinctAttribute`` pairwise disjoint values; off, a
+device with a list attribute fails CEL evaluation ("unsupported attribute value").
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ PARTITIONABLE_DEVICES = "DRAPartitionableDevices"
 CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 BINDING_CONDITIONS = "DRADeviceBindingConditions"
 FILTER_TIMEOUT = "DRASchedulerFilterTimeout"
+LIST_TYPE_ATTRIBUTES = "DRAListTypeAttributes"
 
 GATES = (
     ADMIN_ACCESS,
@@ -47,6 +56,9 @@ GATES = (
     BINDING_CONDITIONS,
     FILTER_TIMEOUT,
 )
+
+# Alpha gates introduced after 1.34, off by default: gate -> the first minor version that knows it.
+_INTRODUCED = {LIST_TYPE_ATTRIBUTES: 36}
 
 # Gates that turned on by default in 1.36.
 _ON_FROM_1_36 = (DEVICE_TAINTS, PARTITIONABLE_DEVICES, CONSUMABLE_CAPACITY, BINDING_CONDITIONS)
@@ -65,11 +77,15 @@ def defaults(version: str) -> dict[str, bool]:
 
 
 def resolve(version: str, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
-    """The gates in effect: ``version``'s defaults with ``overrides``; unknown or locked gates are errors."""
+    """The gates in effect: ``version``'s defaults with ``overrides``; unknown or locked gates are errors.
+
+    An alpha gate of ``version`` (off by default) is in the result only when ``overrides`` sets it."""
     gates = defaults(version)
+    minor = int(version.split(".")[1])
     for name, value in (overrides or {}).items():
-        if name not in gates:
-            raise AllocatorInputError(f"unrecognized feature gate: {name} (known: {', '.join(GATES)})")
+        if name not in gates and minor < _INTRODUCED.get(name, 99):
+            known = [*GATES, *(gate for gate, since in _INTRODUCED.items() if minor >= since)]
+            raise AllocatorInputError(f"unrecognized feature gate: {name} (known: {', '.join(known)})")
         if not isinstance(value, bool):
             raise AllocatorInputError(f"feature gate {name}: value must be true or false, not {value!r}")
         locked = _LOCKED.get((name, version))

@@ -73,6 +73,9 @@ class Semantics:
     partitionable_devices: bool = True
     consumable_capacity: bool = True
     filter_timeout: bool = True
+    # DRAListTypeAttributes (alpha in 1.36, off by default): attributes may hold lists; the
+    # allocator is then upstream's "experimental" variant, which differs from "incubating" only there.
+    list_type_attributes: bool = False
     gates: tuple[tuple[str, bool], ...] = ()  # every gate and its value, for reports
 
     @staticmethod
@@ -96,6 +99,7 @@ class Semantics:
             partitionable_devices=enabled[g.PARTITIONABLE_DEVICES],
             consumable_capacity=enabled[g.CONSUMABLE_CAPACITY],
             filter_timeout=enabled[g.FILTER_TIMEOUT],
+            list_type_attributes=enabled.get(g.LIST_TYPE_ATTRIBUTES, False),
             gates=tuple(enabled.items()),
         )
 

@@ -19,7 +19,12 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
 - selectors: the class ones first, then the request ones; a CEL runtime error aborts;
 - partitionable devices consume shared counters (per slice in 1.34, per pool from 1.35);
 - taints must be tolerated (1.35+: only NoSchedule/NoExecute matter);
-- ``matchAttribute`` / ``distinctAttribute`` constraints, scoped by ``requests``.
+- ``matchAttribute`` / ``distinctAttribute`` constraints, scoped by ``requests``; with
+  DRAListTypeAttributes on (1.36 alpha, upstream's "experimental" allocator) a value is a set (a
+  list attribute, or a scalar as one element): ``matchAttribute`` needs an element common to all
+  chosen devices, ``distinctAttribute`` pairwise disjoint sets. Where the node has no device
+  with a list (or otherwise non-scalar) value for the attribute the two are the same, and the
+  scalar constraint, with its pruning, is used.
 
 Besides the answer, every considered device gets the first reason it cannot be used.
 
@@ -203,6 +208,62 @@ def value_of(device: Device, name: str) -> Any:
     return value
 
 
+# DRAListTypeAttributes: attributeAsSet's order, the list fields (non-empty) before the scalars.
+_LIST_FIELDS = (("ints", "int"), ("bools", "bool"), ("strings", "string"), ("versions", "version"))
+_SCALAR_FIELDS = ("int", "bool", "string", "version")
+
+AttributeSet = tuple[str, frozenset[Any]]
+
+
+def _attribute_set(raw: Any) -> AttributeSet | None:
+    """``attributeAsSet``: (kind, values) of a list attribute or a scalar one; None when it has
+    no (non-empty) value of a known type."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        for key, kind in _LIST_FIELDS:
+            values = raw.get(key)
+            if type(values) is list and values:
+                return (kind, frozenset(values))
+        for kind in _SCALAR_FIELDS:
+            value = raw.get(kind)
+            if value is not None:
+                return (kind, frozenset((value,)))
+    except TypeError:
+        return None  # an unhashable element: not a value the API server stores
+    return None
+
+
+def set_of(device: Device, name: str) -> Any:
+    """The :func:`_attribute_set` of attribute ``name`` (None: unknown type; _MISSING: not set),
+    cached on the device next to :func:`value_of`'s values."""
+    cache = device.values
+    if cache is None:
+        cache = device.values = {}
+    key = "\x00" + name  # never an attribute name
+    found = cache.get(key, _MISSING)
+    if found is _MISSING and key not in cache:
+        raw = lookup_attribute(device, name)
+        found = cache[key] = _MISSING if raw is _MISSING else _attribute_set(raw)
+    return found
+
+
+def _needs_sets(device: Device, name: str) -> bool:
+    """Whether set semantics could decide differently from scalar ones for this device: its
+    attribute has a list field, no value of a known type, or more than one value field."""
+    raw = lookup_attribute(device, name)
+    if raw is _MISSING:
+        return False
+    if type(raw) is not dict or value_of(device, name) is None:
+        return True
+    return sum(1 for v in raw.values() if v is not None) != 1
+
+
+def _show_set(found: AttributeSet) -> str:
+    kind, values = found
+    return "[" + ", ".join(sorted(_show((kind, v)) for v in values)) + "]"
+
+
 def _show(value: tuple[str, Any] | None) -> str:
     return "?" if value is None else repr(value[1]) if value[0] == "string" else str(value[1])
 
@@ -270,6 +331,70 @@ class _DistinctAttribute(_Constraint):
         value = value_of(device, self.spec.attribute)
         if value is not None and value is not _MISSING:
             self.values[value] -= 1
+
+
+class _MatchAttributeSet(_Constraint):
+    """DRAListTypeAttributes' ``matchAttribute``: the devices' sets have an element in common.
+
+    The common elements of the chosen devices are kept per device, so removing one restores
+    them (upstream's experimental allocator keeps only the running intersection and does not
+    widen it again on backtracking, which can miss a solution a later combination has).
+    """
+
+    __slots__ = ("common",)
+
+    def __init__(self, spec: ConstraintSpec) -> None:
+        super().__init__(spec)
+        self.common: list[AttributeSet] = []
+
+    def add(self, device: Device) -> str:
+        found = set_of(device, self.spec.attribute)
+        if found is _MISSING:
+            return f"{self.label} (attribute not set)"
+        if found is None:
+            return f"{self.label} (unknown attribute type)"
+        if self.common:
+            kind, common = self.common[-1]
+            both = common & found[1] if found[0] == kind else frozenset()
+            if not both:
+                return (
+                    f"{self.label} ({_show_set(found)} has no value in common with "
+                    f"{_show_set(self.common[-1])} of the devices already chosen)"
+                )
+            found = (kind, both)
+        self.common.append(found)
+        return ""
+
+    def remove(self, device: Device) -> None:
+        self.common.pop()
+
+
+class _DistinctAttributeSet(_Constraint):
+    """DRAListTypeAttributes' ``distinctAttribute``: the devices' sets are pairwise disjoint."""
+
+    __slots__ = ("chosen",)
+
+    def __init__(self, spec: ConstraintSpec) -> None:
+        super().__init__(spec)
+        self.chosen: list[AttributeSet] = []
+
+    def add(self, device: Device) -> str:
+        found = set_of(device, self.spec.attribute)
+        if found is _MISSING:
+            return f"{self.label} (attribute not set)"
+        if found is None:
+            return f"{self.label} (unknown attribute type)"
+        for other in self.chosen:
+            if other[0] == found[0] and other[1] & found[1]:
+                return f"{self.label} ({_show_set(found)} shares a value with {_show_set(other)} already chosen)"
+        self.chosen.append(found)
+        return ""
+
+    def remove(self, device: Device) -> None:
+        self.chosen.pop()
+
+
+_SET_CONSTRAINTS = (_MatchAttributeSet, _DistinctAttributeSet)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,11 +541,18 @@ class NodeSearch:
             self.ctx.capacity_by_request[uid] = found
         return found
 
+    def _constraint(self, spec: ConstraintSpec) -> _Constraint:
+        """The constraint's search object: with DRAListTypeAttributes on, the set one where some
+        device of this node makes set semantics differ (the scalar ones are pruned, these not)."""
+        if self.sem.list_type_attributes and any(
+            e.device is not None and _needs_sets(e.device, spec.attribute) for e in self.entries
+        ):
+            return _MatchAttributeSet(spec) if spec.kind == "matchAttribute" else _DistinctAttributeSet(spec)
+        return _MatchAttribute(spec) if spec.kind == "matchAttribute" else _DistinctAttribute(spec)
+
     def _build_requests(self) -> None:
         for ci, claim in enumerate(self.ctx.claims):
-            constraints: list[_Constraint] = [
-                _MatchAttribute(c) if c.kind == "matchAttribute" else _DistinctAttribute(c) for c in claim.constraints
-            ]
+            constraints: list[_Constraint] = [self._constraint(c) for c in claim.constraints]
             self.constraints.append(constraints)
             claim_groups: list[list[_Req]] = []
             for ri, group in enumerate(claim.requests):
@@ -584,6 +716,13 @@ class NodeSearch:
 
     def _constraint_reason(self, req: _Req, d: Device) -> str:
         for c in req.constraints:
+            if isinstance(c, _SET_CONSTRAINTS):
+                found = set_of(d, c.spec.attribute)
+                if found is _MISSING:
+                    return f"{c.label} (attribute not set)"
+                if found is None:
+                    return f"{c.label} (unknown attribute type)"
+                continue
             value = value_of(d, c.spec.attribute)
             if value is _MISSING:
                 return f"{c.label} (attribute not set)"

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from gpucluster.dra.cel.errors import CelCompileError, CelError, CelRuntimeError
 from gpucluster.dra.cel.program import MAX_EXPRESSION_LENGTH, Program, compile_selector
-from gpucluster.dra.cel.view import DeviceView, Shapes, conversion_error, device_view, slice_views
+from gpucluster.dra.cel.view import (
+    DeviceView,
+    ListDeviceView,
+    Shapes,
+    conversion_error,
+    device_view,
+    list_conversion_error,
+    slice_views,
+)
 
 __all__ = [
     "MAX_EXPRESSION_LENGTH",
@@ -18,10 +26,12 @@ __all__ = [
     "CelError",
     "CelRuntimeError",
     "DeviceView",
+    "ListDeviceView",
     "Program",
     "Shapes",
     "compile_selector",
     "conversion_error",
     "device_view",
+    "list_conversion_error",
     "slice_views",
 ]

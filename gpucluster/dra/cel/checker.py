@@ -15,7 +15,7 @@ from typing import Any
 from gpucluster.dra.cel import ast
 from gpucluster.dra.cel import types as t
 from gpucluster.dra.cel.errors import CelCompileError
-from gpucluster.dra.cel.library import DECLS, UNSUPPORTED_FUNCTIONS, Overload
+from gpucluster.dra.cel.library import DECLS, LIST_DECLS, UNSUPPORTED_FUNCTIONS, Overload
 from gpucluster.dra.cel.parser import qualified_name
 from gpucluster.dra.cel.values import TYPE_IDENTIFIERS, Uint
 
@@ -23,6 +23,8 @@ from gpucluster.dra.cel.values import TYPE_IDENTIFIERS, Uint
 ATTRIBUTE_TYPE = t.ANY
 ATTRIBUTES_TYPE = t.map_of(t.STRING, t.map_of(t.STRING, ATTRIBUTE_TYPE))
 CAPACITY_TYPE = t.map_of(t.STRING, t.map_of(t.STRING, t.QUANTITY))
+# DRAListTypeAttributes on: DynType, so that macros (exists, all, ...) and `in` work on lists.
+LIST_ATTRIBUTES_TYPE = t.map_of(t.STRING, t.map_of(t.STRING, t.DYN))
 
 _INDEX_DECLS = [
     Overload("list_index", (t.list_of(t.A), t.INT), t.A),
@@ -38,8 +40,9 @@ _OPT_INDEX_DECLS = [
 ]
 
 
-def device_fields(consumable_capacity: bool) -> dict[str, t.Type]:
-    fields = {"driver": t.STRING, "attributes": ATTRIBUTES_TYPE, "capacity": CAPACITY_TYPE}
+def device_fields(consumable_capacity: bool, list_type_attributes: bool = False) -> dict[str, t.Type]:
+    attributes = LIST_ATTRIBUTES_TYPE if list_type_attributes else ATTRIBUTES_TYPE
+    fields = {"driver": t.STRING, "attributes": attributes, "capacity": CAPACITY_TYPE}
     if consumable_capacity:
         fields["allowMultipleAllocations"] = t.BOOL
     return fields
@@ -64,9 +67,10 @@ def const_type(value: Any) -> t.Type:
 
 
 class Checker:
-    def __init__(self, text: str, consumable_capacity: bool) -> None:
+    def __init__(self, text: str, consumable_capacity: bool, list_type_attributes: bool = False) -> None:
         self.text = text
-        self.fields = device_fields(consumable_capacity)
+        self.fields = device_fields(consumable_capacity, list_type_attributes)
+        self.decls = {**DECLS, **LIST_DECLS} if list_type_attributes else DECLS
         self.mapping = t.Mapping()
         self.counter = 0
         self.nodes: list[ast.Node] = []
@@ -299,12 +303,12 @@ class Checker:
                     return self._Call(node, scope)
         if name in UNSUPPORTED_FUNCTIONS:
             raise self.error(node, f"function '{name}' is not supported by this CEL implementation")
-        if name not in DECLS:
+        if name not in self.decls:
             raise self.error(node, f"undeclared reference to '{name}' (in container '')")
         arg_types = [self.check(arg, scope) for arg in node.args]
         if target is not None:
             arg_types.insert(0, self.check(target, scope))
-        typ, overloads = self.resolve(node, name, DECLS[name], arg_types, member=target is not None)
+        typ, overloads = self.resolve(node, name, self.decls[name], arg_types, member=target is not None)
         node.overloads = overloads
         return typ
 
@@ -340,6 +344,9 @@ class Checker:
         return result, tuple(matched)
 
 
-def check(text: str, root: ast.Node, consumable_capacity: bool) -> t.Type:
-    """Type-check ``root`` in place (each node's ``type``) and return the expression's type."""
-    return Checker(text, consumable_capacity).check_root(root)
+def check(text: str, root: ast.Node, consumable_capacity: bool, list_type_attributes: bool = False) -> t.Type:
+    """Type-check ``root`` in place (each node's ``type``) and return the expression's type.
+
+    ``list_type_attributes`` (DRAListTypeAttributes): attribute values are ``dyn`` and
+    ``includes`` is declared."""
+    return Checker(text, consumable_capacity, list_type_attributes).check_root(root)

@@ -42,6 +42,7 @@ MAX_ATTRIBUTE_VALUE_LENGTH: Final = 64  # DeviceAttributeMaxValueLength
 MAX_DRIVER_NAME_LENGTH: Final = 63  # DriverNameMaxLength
 MAX_DOMAIN_LENGTH: Final = 63  # DeviceMaxDomainLength
 MAX_ID_LENGTH: Final = 64  # DeviceMaxIDLength
+MAX_ATTRIBUTE_VALUES: Final = 48  # ResourceSliceMaxAttributeValuesPerDevice (DRAListTypeAttributes)
 
 STRING_TRAVERSAL: Final = 0.1  # common.StringTraversalCostFactor
 REGEX_LENGTH: Final = 0.25  # common.RegexStringLengthCostFactor
@@ -446,6 +447,9 @@ class _Coster:
         if name == "contains" and target is not None and len(args) == 1 and _kind(target) in ("string", "dyn", "any"):
             string = _factor(self.sz(target)[1], STRING_TRAVERSAL)
             return _mul(string, _factor(self.sz(args[0])[1], STRING_TRAVERSAL)), None
+        if name == "includes" and "dra_includes_dyn_dyn" in node.overloads:
+            # draCostEstimator: linear in the target, at most ResourceSliceMaxAttributeValuesPerDevice.
+            return MAX_ATTRIBUTE_VALUES, None
         if name == "_+_" and len(args) == 2:
             return self._add_call(node)
         if name in ("_==_", "_!=_"):

@@ -489,6 +489,36 @@ def in_(elem: Any, container: Any) -> bool:
     no_such_overload("@in")
 
 
+# DRAListTypeAttributes: ``<target>.includes(<arg>)`` (compile.go's includesFunc), declared only
+# with the gate on (see LIST_DECLS); lists longer than ResourceSliceMaxAttributeValuesPerDevice
+# are an error once that many items did not match.
+MAX_ATTRIBUTE_VALUES: Final = 48  # resourceapi.ResourceSliceMaxAttributeValuesPerDevice
+LIST_DECLS: Final[dict[str, list[Overload]]] = {
+    "includes": [Overload("dra_includes_dyn_dyn", (t.DYN, t.DYN), t.BOOL, True)]
+}
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return equals(a, b)
+    except CelRuntimeError:
+        return False  # ref.Val.Equal gave an error, which is not types.True
+
+
+@_impl("includes")
+def includes(target: Any, arg: Any) -> bool:
+    if isinstance(target, list):
+        for i, item in enumerate(target):
+            if i >= MAX_ATTRIBUTE_VALUES:
+                raise CelRuntimeError(
+                    f"'includes' function cannot be applied to lists longer than {MAX_ATTRIBUTE_VALUES} values"
+                )
+            if _equal(item, arg):
+                return True
+        return False
+    return _equal(target, arg)
+
+
 @_impl("size")
 def size(x: Any) -> int:
     if isinstance(x, (str, list, dict)):

@@ -60,7 +60,9 @@ _lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(expression: str, consumable_capacity: bool, estimate: bool = True) -> Program:
+def _compile(
+    expression: str, consumable_capacity: bool, estimate: bool = True, list_type_attributes: bool = False
+) -> Program:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(
             expression,
@@ -70,10 +72,11 @@ def _compile(expression: str, consumable_capacity: bool, estimate: bool = True) 
         )
     root = parse(expression)
     try:
-        out_type = check(expression, root, consumable_capacity)
+        out_type = check(expression, root, consumable_capacity, list_type_attributes)
     except RecursionError:
         raise CelCompileError(expression, 1, 1, "expression recursion limit exceeded") from None
-    if out_type != t.BOOL and out_type != t.ANY:
+    # With DRAListTypeAttributes an attribute is dyn, not any: an attribute as the result is dyn.
+    if out_type != t.BOOL and out_type != t.ANY and not (list_type_attributes and out_type == t.DYN):
         raise CelCompileError(expression, 1, 1, f"must evaluate to bool or the unknown type, not {out_type}")
     cost = estimate_cost(root) if estimate else UNBOUNDED
     if estimate and (is_unbounded(cost) or cost > COST_LIMIT):
@@ -91,7 +94,11 @@ def _compile(expression: str, consumable_capacity: bool, estimate: bool = True) 
 
 
 def compile_selector(
-    expression: str, *, consumable_capacity: bool = False, disable_cost_estimation: bool = False
+    expression: str,
+    *,
+    consumable_capacity: bool = False,
+    disable_cost_estimation: bool = False,
+    list_type_attributes: bool = False,
 ) -> Program:
     """Compile a DRA CEL selector (cached by expression text and flags).
 
@@ -99,6 +106,11 @@ def compile_selector(
     DRAConsumableCapacity feature); without it, referring to that field is a compile error.
     ``disable_cost_estimation`` skips the worst-case cost check (Kubernetes'
     ``Options.DisableCostEstimation``; ``max_cost`` is then unbounded).
+    ``list_type_attributes`` (DRAListTypeAttributes, 1.36 alpha): attribute values are ``dyn``
+    (lists allowed in macros and ``in``) and ``<value>.includes(<arg>)`` is declared; evaluate
+    such programs on views built with ``list_type_attributes=True``.
     Raises CelCompileError with the line and column of the problem.
     """
+    if list_type_attributes:
+        return _compile(expression, consumable_capacity, not disable_cost_estimation, True)
     return _compile(expression, consumable_capacity, not disable_cost_estimation)

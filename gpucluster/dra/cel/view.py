@@ -256,6 +256,42 @@ def convert_attribute(name: str, attr: Any) -> Any:
     raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
 
 
+# DRAListTypeAttributes: the list fields of a DeviceAttribute, in getAttributeValue's order.
+LIST_FIELDS: Final = (("ints", int), ("bools", bool), ("strings", str), ("versions", str))
+
+
+def convert_attribute_lists(name: str, attr: Any) -> Any:
+    """:func:`convert_attribute` with DRAListTypeAttributes on: a list field (``ints``, ``bools``,
+    ``strings``, ``versions``; present, even empty) comes first and is a CEL list, as
+    ``getAttributeValue`` has it; otherwise the scalar as without the gate."""
+    if isinstance(attr, Mapping):
+        for key, kind in LIST_FIELDS:
+            values = attr.get(key)
+            if values is None:
+                continue
+            if type(values) is not list or any(type(v) is not kind for v in values):
+                break  # not a list of that kind: the API server would not have stored it
+            if key != "versions":
+                return list(values)
+            try:
+                return [parse_semver(v) for v in values]
+            except SemverError as exc:
+                raise CelRuntimeError(f"attribute {name}: parse semantic version: {exc}") from None
+        else:
+            return convert_attribute(name, attr)
+    raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
+
+
+def list_conversion_error(view: DeviceView) -> str:
+    """:func:`conversion_error` with DRAListTypeAttributes on (list attributes convert)."""
+    for name, attr in view._raw_attrs.items():
+        try:
+            convert_attribute_lists(name, attr)
+        except CelRuntimeError as exc:
+            return exc.message
+    return ""
+
+
 def conversion_error(view: DeviceView) -> str:
     """Why Kubernetes' ``DeviceMatches`` fails for this device before evaluating any expression
     (``attribute <name>: unsupported attribute value``, ``...: parse semantic version: ...``);
@@ -460,30 +496,67 @@ class DeviceView:
         raise CelRuntimeError(f"no such field '{name}'")
 
 
+class ListDeviceView(DeviceView):
+    """A :class:`DeviceView` with DRAListTypeAttributes on: list attributes are CEL lists."""
+
+    __slots__ = ()
+
+    @property
+    def attributes(self) -> DomainMap:
+        m = self._attrs
+        if m is None:
+            m = self._attrs = self._domains(self._raw_attrs, convert_attribute_lists)
+        return m
+
+    def attr_domain(self, domain: str) -> dict[str, Any]:
+        cache = self._doms
+        if cache is None:
+            cache = self._doms = {}
+        m = cache.get(domain)
+        if m is None:
+            m = cache[domain] = LazyDomain(convert_attribute_lists, domain, self.driver, self._raw_attrs, self._shapes)
+        return m
+
+    def attr_value(self, domain: str, ident: str) -> Any:
+        raw = self._raw_attrs
+        attr = raw.get(ident) if domain == self.driver and "/" not in ident else None
+        if attr is None:
+            attr = raw.get(domain + "/" + ident)
+            if attr is None:
+                raise CelRuntimeError(f"no such key: {ident}")
+        return convert_attribute_lists(ident if domain == self.driver else f"{domain}/{ident}", attr)
+
+
 def device_view(
     driver: str,
     device: Mapping[str, Any],
     *,
     allow_multiple_allocations: bool | None = None,
     shapes: Shapes | None = None,
+    list_type_attributes: bool = False,
 ) -> DeviceView:
     """The view of one entry of a ResourceSlice's ``spec.devices`` (resource.k8s.io/v1).
 
     Views that share ``shapes`` (see :class:`Shapes`) split attribute names into domains once
-    per distinct set of names.
+    per distinct set of names. ``list_type_attributes``: DRAListTypeAttributes is on.
     """
-    return DeviceView(driver, device, allow_multiple_allocations, shapes.table(driver) if shapes is not None else None)
+    cls = ListDeviceView if list_type_attributes else DeviceView
+    return cls(driver, device, allow_multiple_allocations, shapes.table(driver) if shapes is not None else None)
 
 
-def slice_views(resource_slice: Mapping[str, Any], shapes: Shapes | None = None) -> list[DeviceView]:
+def slice_views(
+    resource_slice: Mapping[str, Any], shapes: Shapes | None = None, list_type_attributes: bool = False
+) -> list[DeviceView]:
     """Views of every device of a ResourceSlice (``spec.devices``), in order.
 
     Not cached: a view only points into the slice's own dicts and converts what is read, so
     building one costs about as much as a cache lookup would, and a caller that evaluates many
     selectors over the same slices keeps the list itself (conversions stay on the views). Pass
     one :class:`Shapes` for all slices of a call (a new one per slice otherwise).
+    ``list_type_attributes``: DRAListTypeAttributes is on (:class:`ListDeviceView`).
     """
     spec = resource_slice.get("spec") or {}
     driver = str(spec.get("driver") or "")
     table = (shapes or Shapes()).table(driver)
-    return [DeviceView(driver, device, None, table) for device in spec.get("devices") or []]
+    cls = ListDeviceView if list_type_attributes else DeviceView
+    return [cls(driver, device, None, table) for device in spec.get("devices") or []]
