@@ -457,6 +457,7 @@ class _Req:
     static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
     num_devices: int = 0
     all_devices: list[_Entry] = field(default_factory=list)
+    selected: list[StaticResult] = field(default_factory=list)  # All: the selectors' verdict per entry
     # Pruning, ExactCount only: usable[i] = statically usable entries at index >= i; per
     # matchAttribute constraint (index into ``constraints``), value -> indices of usable entries;
     # the indices of entries the search aborts on: a CEL runtime error, an invalid pool (1.34).
@@ -745,6 +746,8 @@ class NodeSearch:
         if check_use and not all_mode:
             return f"in use by {in_use[d.key]}"
         result = self._selectors(req, s, d)
+        if all_mode:
+            req.selected[entry.index] = result  # _prepare_all's members
         if result is not None:
             return result
         if self.sem.consumable_capacity and not all_mode:
@@ -1420,6 +1423,8 @@ class NodeSearch:
         # Explanations first: they never raise, CEL errors are kept for when the search meets them.
         for req in self.reqs:
             all_mode = req.spec.mode == "All"
+            if all_mode:
+                req.selected = [None] * len(self.entries)
             req.static = [self._static(req, e, all_mode) for e in self.entries]
             if not all_mode:
                 self._index_for_pruning(req)
@@ -1527,7 +1532,7 @@ class NodeSearch:
         members = []
         for entry in self.entries:
             assert entry.device is not None and entry.slice is not None
-            result = self._selectors(req, entry.slice, entry.device)
+            result = req.selected[entry.index]  # the selectors' verdict, from _static
             if isinstance(result, CelFailure):
                 raise FatalError(result.message)
             if result is not None:
