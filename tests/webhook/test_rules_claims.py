@@ -138,3 +138,19 @@ def test_updates_pass_through() -> None:
     out = admit(json.dumps(review(obj, operation="UPDATE", old=obj, namespace="ml")), path="validate",
                 cluster=ClusterState.from_objects([]), settings=Settings())  # fmt: skip
     assert out.verdict.allowed
+
+
+def test_includes_compiles_only_where_the_list_attributes_gate_is_on() -> None:
+    # DRAListTypeAttributes (1.36 alpha) declares includes(); without it, a compile error, as the
+    # API server's validation has it.
+    obj = claim('device.attributes["gpu.nvidia.com"].type.includes("gpu")')
+    state = ClusterState.from_objects([NS, ADMIN_NS, GPU_CLASS, *load_fixture("h100-node")])
+
+    def allowed(settings: Settings) -> bool:
+        body = review(obj, namespace="ml")
+        return bool(
+            admit(json.dumps(body), path="validate", cluster=state, settings=settings).response["response"]["allowed"]
+        )
+
+    assert not allowed(Settings(kubernetes_version="1.36"))
+    assert allowed(Settings(kubernetes_version="1.36", feature_gates=(("DRAListTypeAttributes", True),)))

@@ -115,15 +115,18 @@ def validate_claim_request(request: AdmissionRequest, cluster: ClusterState, set
     namespace = request.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
     problems: list[str] = []
     reads: frozenset[tuple[str, ...]] = frozenset()
-    # DRAConsumableCapacity declares device.allowMultipleAllocations in selectors.
-    consumable = gates.resolve(settings.kubernetes_version, dict(settings.feature_gates))[gates.CONSUMABLE_CAPACITY]
+    # DRAConsumableCapacity declares device.allowMultipleAllocations in selectors;
+    # DRAListTypeAttributes (1.36+) list attributes and includes().
+    resolved = gates.resolve(settings.kubernetes_version, dict(settings.feature_gates))
+    consumable = resolved[gates.CONSUMABLE_CAPACITY]
+    lists = resolved.get(gates.LIST_TYPE_ATTRIBUTES, False)
     for name, index, expression in _selectors(spec):
         where = f"request {name}: selector #{index}"
         if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
             problems.append(f"{where}: expression is {len(expression.encode())} bytes, longer than the 10 KiB limit")
             continue
         try:
-            reads |= compile_selector(expression, consumable_capacity=consumable).reads
+            reads |= compile_selector(expression, consumable_capacity=consumable, list_type_attributes=lists).reads
         except CelCompileError as exc:
             problems.append(f"{where}: compile error at {exc.line}:{exc.column}: {exc.message}")
     if problems:
