@@ -333,44 +333,9 @@ class _DistinctAttribute(_Constraint):
             self.values[value] -= 1
 
 
-class _MatchAttributeSet(_Constraint):
-    """DRAListTypeAttributes' ``matchAttribute``: the devices' sets have an element in common.
-
-    The common elements of the chosen devices are kept per device, so removing one restores
-    them (upstream's experimental allocator keeps only the running intersection and does not
-    widen it again on backtracking, which can miss a solution a later combination has).
-    """
-
-    __slots__ = ("common",)
-
-    def __init__(self, spec: ConstraintSpec) -> None:
-        super().__init__(spec)
-        self.common: list[AttributeSet] = []
-
-    def add(self, device: Device) -> str:
-        found = set_of(device, self.spec.attribute)
-        if found is _MISSING:
-            return f"{self.label} (attribute not set)"
-        if found is None:
-            return f"{self.label} (unknown attribute type)"
-        if self.common:
-            kind, common = self.common[-1]
-            both = common & found[1] if found[0] == kind else frozenset()
-            if not both:
-                return (
-                    f"{self.label} ({_show_set(found)} has no value in common with "
-                    f"{_show_set(self.common[-1])} of the devices already chosen)"
-                )
-            found = (kind, both)
-        self.common.append(found)
-        return ""
-
-    def remove(self, device: Device) -> None:
-        self.common.pop()
-
-
-class _DistinctAttributeSet(_Constraint):
-    """DRAListTypeAttributes' ``distinctAttribute``: the devices' sets are pairwise disjoint."""
+class _SetConstraint(_Constraint):
+    """A constraint over attribute sets (DRAListTypeAttributes); ``chosen``: one entry per
+    device added, so ``remove`` restores what was before."""
 
     __slots__ = ("chosen",)
 
@@ -384,14 +349,54 @@ class _DistinctAttributeSet(_Constraint):
             return f"{self.label} (attribute not set)"
         if found is None:
             return f"{self.label} (unknown attribute type)"
-        for other in self.chosen:
-            if other[0] == found[0] and other[1] & found[1]:
-                return f"{self.label} ({_show_set(found)} shares a value with {_show_set(other)} already chosen)"
-        self.chosen.append(found)
+        kept = self._keep(found)
+        if isinstance(kept, str):
+            return kept
+        self.chosen.append(kept)
         return ""
+
+    def _keep(self, found: AttributeSet) -> AttributeSet | str:
+        """What to remember for this device, or why it cannot be added."""
+        raise NotImplementedError
 
     def remove(self, device: Device) -> None:
         self.chosen.pop()
+
+
+class _MatchAttributeSet(_SetConstraint):
+    """DRAListTypeAttributes' ``matchAttribute``: the devices' sets have an element in common.
+
+    The common elements of the chosen devices are kept per device, so removing one restores
+    them (upstream's experimental allocator keeps only the running intersection and does not
+    widen it again on backtracking, which can miss a solution a later combination has).
+    """
+
+    __slots__ = ()
+
+    def _keep(self, found: AttributeSet) -> AttributeSet | str:
+        # chosen[-1]: the elements common to every device chosen so far.
+        if not self.chosen:
+            return found
+        kind, common = self.chosen[-1]
+        both = common & found[1] if found[0] == kind else frozenset()
+        if not both:
+            return (
+                f"{self.label} ({_show_set(found)} has no value in common with "
+                f"{_show_set(self.chosen[-1])} of the devices already chosen)"
+            )
+        return (kind, both)
+
+
+class _DistinctAttributeSet(_SetConstraint):
+    """DRAListTypeAttributes' ``distinctAttribute``: the devices' sets are pairwise disjoint."""
+
+    __slots__ = ()
+
+    def _keep(self, found: AttributeSet) -> AttributeSet | str:
+        for other in self.chosen:
+            if other[0] == found[0] and other[1] & found[1]:
+                return f"{self.label} ({_show_set(found)} shares a value with {_show_set(other)} already chosen)"
+        return found
 
 
 _SET_CONSTRAINTS = (_MatchAttributeSet, _DistinctAttributeSet)

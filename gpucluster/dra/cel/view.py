@@ -16,7 +16,7 @@ slices, so only input that bypassed validation has them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from gpucluster.dra.cel.errors import CelRuntimeError
@@ -379,12 +379,16 @@ class DeviceView:
     def __repr__(self) -> str:
         return f"DeviceView(driver={self.driver!r}, name={self.name!r})"
 
+    def _attribute_converter(self) -> Callable[[str, Any], Any]:
+        """How an attribute becomes a CEL value (ListDeviceView: with DRAListTypeAttributes)."""
+        return convert_attribute
+
     # -- whole maps ------------------------------------------------------------------------
     @property
     def attributes(self) -> DomainMap:
         m = self._attrs
         if m is None:
-            m = self._attrs = self._domains(self._raw_attrs, convert_attribute)
+            m = self._attrs = self._domains(self._raw_attrs, self._attribute_converter())
         return m
 
     @property
@@ -409,7 +413,9 @@ class DeviceView:
             cache = self._doms = {}
         m = cache.get(domain)
         if m is None:
-            m = cache[domain] = LazyDomain(convert_attribute, domain, self.driver, self._raw_attrs, self._shapes)
+            m = cache[domain] = LazyDomain(
+                self._attribute_converter(), domain, self.driver, self._raw_attrs, self._shapes
+            )
         return m
 
     def cap_domain(self, domain: str) -> dict[str, Any]:
@@ -501,29 +507,14 @@ class ListDeviceView(DeviceView):
 
     __slots__ = ()
 
-    @property
-    def attributes(self) -> DomainMap:
-        m = self._attrs
-        if m is None:
-            m = self._attrs = self._domains(self._raw_attrs, convert_attribute_lists)
-        return m
-
-    def attr_domain(self, domain: str) -> dict[str, Any]:
-        cache = self._doms
-        if cache is None:
-            cache = self._doms = {}
-        m = cache.get(domain)
-        if m is None:
-            m = cache[domain] = LazyDomain(convert_attribute_lists, domain, self.driver, self._raw_attrs, self._shapes)
-        return m
+    def _attribute_converter(self) -> Callable[[str, Any], Any]:
+        return convert_attribute_lists
 
     def attr_value(self, domain: str, ident: str) -> Any:
-        raw = self._raw_attrs
-        attr = raw.get(ident) if domain == self.driver and "/" not in ident else None
+        # No scalar fast path: a list field comes first (getAttributeValue's order).
+        attr = self._raw(self._raw_attrs, domain, ident)
         if attr is None:
-            attr = raw.get(domain + "/" + ident)
-            if attr is None:
-                raise CelRuntimeError(f"no such key: {ident}")
+            raise CelRuntimeError(f"no such key: {ident}")
         return convert_attribute_lists(ident if domain == self.driver else f"{domain}/{ident}", attr)
 
 
