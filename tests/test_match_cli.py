@@ -133,3 +133,32 @@ def test_json_rows_of_match_print_exactly_as_json_dumps(monkeypatch: pytest.Monk
     out = io.StringIO()
     _write_json_stream(iter(rows[:2]), out)
     assert out.getvalue() == expected_ours
+
+
+def test_an_attribute_cel_cannot_convert_is_an_error_for_every_expression(tmp_path: Path) -> None:
+    # As Kubernetes' DeviceMatches: every attribute is converted first, so `true` fails too.
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "n",
+            "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": "ok", "attributes": {"model": {"string": "x"}}},
+                {"name": "bad", "attributes": {"model": {}}},
+            ],
+        },
+    }
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(slice_))
+    out = match("-e", "true", "-e", "device.driver == 'gpu.nvidia.com'", "-f", str(path), "-o", "json")
+    rows = json.loads(out.stdout)
+    assert [(r["device"], r["outcome"]) for r in rows] == [
+        ("ok", "match"),
+        ("ok", "match"),
+        ("bad", "error"),
+        ("bad", "error"),
+    ]
+    assert rows[2]["message"] == "attribute model: unsupported attribute value"

@@ -10,7 +10,15 @@ from typing import Any, TextIO
 
 from gpucluster.commands import Subparsers
 from gpucluster.dra import gates
-from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, CelRuntimeError, compile_selector, slice_views
+from gpucluster.dra.cel import (
+    MAX_EXPRESSION_LENGTH,
+    CelCompileError,
+    CelRuntimeError,
+    compile_selector,
+    conversion_error,
+    list_conversion_error,
+    slice_views,
+)
 from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.manifests import load_objects
@@ -61,15 +69,22 @@ def _programs(expressions: list[str], *, consumable_capacity: bool, list_type_at
 
 
 def _each_row(slices: list[dict[str, Any]], programs: list[Any], lists: bool = False) -> Iterator[dict[str, Any]]:
+    unconvertible = list_conversion_error if lists else conversion_error
     for resource_slice in slices:
         spec = resource_slice["spec"]
         pool = str((spec.get("pool") or {}).get("name", ""))
         for view in slice_views(resource_slice, list_type_attributes=lists):
+            # Kubernetes converts every attribute before evaluating: one that does not convert
+            # fails every expression on the device, whatever it reads.
+            bad = unconvertible(view)
             for index, program in enumerate(programs):
-                try:
-                    outcome, message = ("match" if program.evaluate(view) else "nomatch"), ""
-                except CelRuntimeError as exc:
-                    outcome, message = "error", str(exc)
+                if bad:
+                    outcome, message = "error", bad
+                else:
+                    try:
+                        outcome, message = ("match" if program.evaluate(view) else "nomatch"), ""
+                    except CelRuntimeError as exc:
+                        outcome, message = "error", str(exc)
                 yield {"driver": view.driver, "pool": pool, "device": view.name, "expression": index,
                        "outcome": outcome, "message": message}  # fmt: skip
 
