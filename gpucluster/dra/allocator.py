@@ -112,16 +112,52 @@ class AllocatedDevice:
 
 @dataclass(slots=True)
 class NodeResult:
+    """One node's answer. ``allocation`` and ``reasons`` are built when first read: most of a
+    thousand nodes' answers are never looked at one by one."""
+
     node: str
     satisfiable: bool
-    allocation: list[AllocatedDevice]
-    reasons: list[str]
     requests: list[RequestReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # node-level lines of ``reasons`` (pools, errors)
     error: str = ""  # a fatal error met on this node
     steps: int = 0  # search steps (upstream: numAllocateOneInvocations)
     gave_up: str = ""  # the search stopped without an answer ("gave up after N ms on node X")
     elapsed_ms: float = 0.0  # time spent deciding this node
+    multi: bool = False  # several claims: lines name the claim
+    # per claim: (its ref, [(request, driver, pool, device, consumedCapacity or None)])
+    picks: list[tuple[str, list[tuple[str, str, str, str, dict[str, str] | None]]]] = field(default_factory=list)
+    _allocation: list[AllocatedDevice] | None = None
+    _reasons: list[str] | None = None
+
+    @property
+    def allocation(self) -> list[AllocatedDevice]:
+        if self._allocation is None:
+            self._allocation = [
+                AllocatedDevice(
+                    request,
+                    driver,
+                    pool,
+                    device,
+                    claim=ref,
+                    shared=used is not None,
+                    consumed_capacity=used or _NO_CAPACITY,
+                )
+                for ref, chosen in self.picks
+                for request, driver, pool, device, used in chosen
+            ]
+        return self._allocation
+
+    @property
+    def reasons(self) -> list[str]:
+        """The notes, then per request its summary and every rejected device's first reason."""
+        if self._reasons is None:
+            reasons = list(self.notes)
+            for report in self.requests:
+                reasons.append(_summary(report, self.multi))
+                label = _request_label(report.claim, report.request, self.multi)
+                reasons.extend(f"{label}: {device}: {reason}" for device, reason in report.rejections)
+            self._reasons = reasons
+        return self._reasons
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -543,32 +579,14 @@ def explain(
         outcome = NodeSearch(ctx, info, pools, _pool_notes(pools, semantics)).run()
         if outcome.fatal and outcome.fatal not in fatal:
             fatal.append(outcome.fatal)
-        allocation = [
-            AllocatedDevice(
-                request,
-                driver,
-                pool,
-                device,
-                claim=specs[ci].ref,
-                shared=used is not None,
-                consumed_capacity=used or _NO_CAPACITY,
-            )
-            for ci, chosen in enumerate(outcome.allocation)
-            for request, driver, pool, device, used in chosen
-        ]
-        reasons = list(outcome.reasons)
-        for report in outcome.requests:
-            reasons.append(_summary(report, multi))
-            label = _request_label(report.claim, report.request, multi)
-            reasons.extend(f"{label}: {device}: {reason}" for device, reason in report.rejections)
         results.append(
             NodeResult(
                 node=info.name,
                 satisfiable=outcome.satisfiable,
-                allocation=allocation,
-                reasons=reasons,
+                picks=[(specs[ci].ref, chosen) for ci, chosen in enumerate(outcome.allocation)],
+                multi=multi,
                 requests=outcome.requests,
-                notes=list(outcome.reasons),
+                notes=outcome.reasons,
                 error=outcome.fatal,
                 steps=outcome.steps,
                 gave_up=outcome.gave_up,
