@@ -16,7 +16,13 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
   counters means no solution, one violating a claim constraint is an error;
 - a device in use (allocated to another claim, or being allocated for this pod) is skipped
   before selectors are evaluated; requests with ``adminAccess`` ignore other claims' use;
-- selectors: the class ones first, then the request ones; a CEL runtime error aborts;
+- selectors: the class ones first, then the request ones; a CEL runtime error aborts, and so
+  does a device attribute CEL cannot convert (``DeviceMatches`` converts them all first);
+- DRAConsumableCapacity: every device is checked against a request's ``capacity.requests``; a
+  device that allows multiple allocations is never "in use" in the search and serves requests
+  while its capacity lasts (with what other claims' ``shareID`` results consume), one request
+  several times in 1.34 and 1.35 (1.36 goes on after the device chosen); its counters are
+  consumed by its first allocation only;
 - partitionable devices consume shared counters (per slice in 1.34, per pool from 1.35);
 - taints must be tolerated (1.35+: only NoSchedule/NoExecute matter);
 - ``matchAttribute`` / ``distinctAttribute`` constraints, scoped by ``requests``; with
@@ -35,7 +41,11 @@ value too few remaining devices share is passed over, a ``distinctAttribute`` gr
 the values not chosen yet (of the request's remaining devices and of the claim's later requests
 it binds) are fewer than the devices still needed, and devices consuming shared counters stop
 when the fewest of them that must still be chosen cannot fit what is left of a counter, or of
-all counters of their scope together. Pruning never hides a CEL runtime error
+all counters of their scope together. With shared devices, a request starts only when the
+capacity left on the usable devices can host the allocations the pod still needs (each device
+counted at the smallest amount any of those requests asks of it); a ``matchAttribute`` that
+every device a request may take meets with one value, and binds no other request, is left out.
+Pruning never hides a CEL runtime error
 upstream would meet: where the skipped part of the search holds a device whose selector fails,
 the search fails with that error as upstream does. Every node's search also has a deadline (the
 scheduler's filter timeout): past it the node's answer says "gave up after N ms on node X".
