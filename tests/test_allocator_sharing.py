@@ -258,3 +258,28 @@ def test_an_attribute_cel_cannot_convert_fails_a_request_selector_when_the_class
         ], claims
     # Neither has a selector: nothing is evaluated, nothing fails.
     assert explain([claim(exact())], [no_selectors, node("n1"), rslice("s1", "n1", "n1", broken)]).satisfiable
+
+
+def test_a_shared_device_gives_its_counters_back_when_the_search_backs_off_it() -> None:
+    # Upstream's incubating allocator leaks here: its undo of a shared device's allocation keeps
+    # the counters charged, so it finds no allocation. Ours gives them back once the device's
+    # last allocation is undone and finds r0 -> d1, r1 -> d2 (a deliberate difference).
+    counters = [{"counterSet": "cs", "counters": {"c": {"value": "1"}}}]
+    d0 = dev("d0", {"g": 0, "tag": "y"}, allowMultipleAllocations=True, consumesCounters=counters)
+    d1 = dev("d1", {"g": 1, "tag": "y"}, consumesCounters=counters)
+    d2 = dev("d2", {"g": 1, "tag": "x"})
+    devices_slice = rslice("s1", "n1", "n1", d0, d1, d2, count=2)
+    counter_slice = rslice(
+        "s2", "n1", "n1", count=2, sharedCounters=[{"name": "cs", "counters": {"c": {"value": "1"}}}]
+    )
+    del counter_slice["spec"]["devices"]
+    only_x = exact("r1", selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].tag == 'x'"}}])
+    pod = claim(exact("r0"), only_x, constraints=[{"matchAttribute": f"{GPU}/g"}])
+    gates = {**CC, "DRAPartitionableDevices": True}
+    result = explain(
+        [pod],
+        [device_class(), node("n1"), devices_slice, counter_slice],
+        kubernetes_version="1.35",
+        feature_gates=gates,
+    )
+    assert [(a.request, a.device) for a in result.nodes[0].allocation] == [("r0", "d1"), ("r1", "d2")]
