@@ -530,14 +530,14 @@ class NodeSearch:
         self._reset()
 
     def _reset(self) -> None:
-        """Search state; the search runs a second time, recording, when it fails."""
+        """The search's state (what is being allocated, counters and capacity used, reasons)."""
         self.allocating: dict[DeviceKey, set[int]] = {}
         self.holder: dict[DeviceKey, _Req] = {}
         self.selected: dict[tuple[int, int], int] = {}
         self.consumed: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.capacity_used: dict[DeviceKey, dict[str, Fraction]] = {}  # shared devices
         self.shares: dict[DeviceKey, int] = {}  # shared device -> allocations chosen in this search
-        self.slot_note = ""  # why the capacity bound stopped the search (recorded on replay)
+        self.slot_note = ""  # why the capacity bound stopped the search
         self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
         self.record = False
