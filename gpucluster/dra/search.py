@@ -409,9 +409,6 @@ class _DistinctAttributeSet(_SetConstraint):
         return found
 
 
-_SET_CONSTRAINTS = (_MatchAttributeSet, _DistinctAttributeSet)
-
-
 # ---------------------------------------------------------------------------------------------
 # The search
 
@@ -527,10 +524,7 @@ class NodeSearch:
         self.steps = 0
         self.give_up_at = float("inf")
         self.started = 0.0
-        self._reset()
-
-    def _reset(self) -> None:
-        """The search's state (what is being allocated, counters and capacity used, reasons)."""
+        # The search's state: what is being allocated, counters and capacity used, reasons.
         self.allocating: dict[DeviceKey, set[int]] = {}
         self.holder: dict[DeviceKey, _Req] = {}
         self.selected: dict[tuple[int, int], int] = {}
@@ -540,7 +534,6 @@ class NodeSearch:
         self.slot_note = ""  # why the capacity bound stopped the search
         self.available: dict[object, dict[tuple[str, str], Fraction]] = {}
         self.dynamic: dict[tuple[int, int], str] = {}  # (req uid, entry index) -> first reason
-        self.record = False
         self.results: list[list[tuple[_Req, _Entry, capacity.Demand | None]]] = [[] for _ in self.ctx.claims]
 
     # -- setup ---------------------------------------------------------------------------------
@@ -732,7 +725,7 @@ class NodeSearch:
 
     def _constraint_reason(self, req: _Req, d: Device) -> str:
         for c in req.constraints:
-            if isinstance(c, _SET_CONSTRAINTS):
+            if isinstance(c, _SetConstraint):
                 found = set_of(d, c.spec.attribute)
                 if found is _MISSING:
                     return f"{c.label} (attribute not set)"
@@ -891,15 +884,13 @@ class NodeSearch:
                 else:
                     busy = bool(claims) or d.key in self.ctx.in_use
             if busy:
-                if self.record:
-                    self._note_in_use(req, entry)
+                self._note_in_use(req, entry)
                 return False
         counters = bool(d.consumes) and not self._counters_taken(entry)
         if counters:
             reason = self._take_counters(entry) if self.sem.partitionable_devices else _COUNTERS_GATED
             if reason:
-                if self.record:
-                    self._note(req, entry, reason)
+                self._note(req, entry, reason)
                 return False
         elif d.consumes and not self.sem.partitionable_devices:
             return False
@@ -923,8 +914,7 @@ class NodeSearch:
                         f"claim {claim.ref}, request {req.spec.name}: cannot add device {entry.id} "
                         "because a claim constraint would not be satisfied"
                     )
-                if self.record:
-                    self._note(req, entry, reason)
+                self._note(req, entry, reason)
                 return False
         taken: capacity.Demand | None = None
         if shared:
@@ -934,8 +924,7 @@ class NodeSearch:
                     c.remove(d)
                 if counters:
                     self._release_counters(entry)
-                if self.record:
-                    self._note(req, entry, reason)
+                self._note(req, entry, reason)
                 return False
             self.shares[d.key] = self.shares.get(d.key, 0) + 1
         else:
@@ -944,8 +933,7 @@ class NodeSearch:
                 self.allocating[d.key] = {ci}
             else:
                 claims.add(ci)
-            if self.record:
-                self.holder[d.key] = req
+            self.holder[d.key] = req
         self.results[ci].append((req, entry, taken))
         return True
 
@@ -962,7 +950,7 @@ class NodeSearch:
                 self._release_counters(entry)  # its last allocation in this search
         else:
             self.allocating[d.key].discard(req.claim_index)
-            if self.record and self.holder.get(d.key) is req:
+            if self.holder.get(d.key) is req:
                 del self.holder[d.key]
             if d.consumes:
                 self._release_counters(entry)
@@ -1056,10 +1044,9 @@ class NodeSearch:
             why = self._counters_short(req, start, need)
             if why:
                 self._pruned(ci, req, start)
-                if self.record:
-                    for i in req.consumption:
-                        if i >= start:
-                            self._note(req, entries[i], why)
+                for i in req.consumption:
+                    if i >= start:
+                        self._note(req, entries[i], why)
                 return False
         for index in range(start, len(entries)):
             short = usable[index] < need
@@ -1073,12 +1060,11 @@ class NodeSearch:
                     left = counts[index] - sum(1 for t in taken if t >= index)
                     if left < total:
                         short = True
-                        if self.record:
-                            self._note_distinct(req, k, index, left, total)
+                        self._note_distinct(req, k, index, left, total)
                         break
             if short:
                 self._pruned(ci, req, index)
-                if self.record and fixed:
+                if fixed:
                     self._note_mismatches(req, index)
                 break
             entry = entries[index]
@@ -1089,8 +1075,7 @@ class NodeSearch:
             # In use? Devices of other claims are "in use" in ``static`` already.
             claims = allocating.get(d.key)
             if claims and (not admin or ci in claims):
-                if self.record:
-                    self._note_in_use(req, entry)
+                self._note_in_use(req, entry)
                 continue
             result = static[index]
             if result is not None:
@@ -1100,8 +1085,7 @@ class NodeSearch:
             if unfixed and need > 1:
                 why = self._too_few_share(req, index, need, unfixed)
                 if why:
-                    if self.record:
-                        self._note(req, entry, why)
+                    self._note(req, entry, why)
                     self._pruned(ci, req, index + 1)
                     continue
             # Device.plain: nothing to check (no taints, no counters, no multiple allocations).
@@ -1113,8 +1097,7 @@ class NodeSearch:
                     allocating[d.key] = {ci}
                 else:
                     claims.add(ci)
-                if self.record:
-                    self.holder[d.key] = req
+                self.holder[d.key] = req
                 self.results[ci].append((req, entry, None))
             try:
                 # 1.34 and 1.35 try every device again for the next one of the request, so a
@@ -1136,7 +1119,7 @@ class NodeSearch:
         if key in self.rests:
             return self.rests[key]
         rest: _Rest | None = None
-        later = [alts for alts in self.groups[ci][ri + 1 :]]
+        later = self.groups[ci][ri + 1 :]
         later_claims = [alts for groups in self.groups[ci + 1 :] for alts in groups]
         own_later = sum(alts[0].num_devices for alts in later if len(alts) == 1)
         reqs = [req, *(alts[0] for alts in later + later_claims if len(alts) == 1)]
@@ -1207,20 +1190,19 @@ class NodeSearch:
                 slots += max(0, min(fit, users) if once else fit)
             if slots >= need:
                 return False
-        if self.record:
-            self.slot_note = (
-                f"the capacity left on the usable devices takes at most {slots} more allocation(s), "
-                f"{need} needed by claim {self.ctx.claims[ci].ref}, request {req.spec.full_name} and the requests after it"
-            )
-            for index, _ in rest.users:
-                entry = self.entries[index]
-                if req.static[index] is not None or not self.shared[index]:
-                    continue
-                assert entry.device is not None
-                found = self._demand(req, entry)
-                taken = self.capacity_used.get(entry.device.key) or self.ctx.consumed.get(entry.device.key)
-                why = found.over(taken) if not isinstance(found, str) else found
-                self._note(req, entry, why + " after the allocations already chosen" if why else self.slot_note)
+        self.slot_note = (
+            f"the capacity left on the usable devices takes at most {slots} more allocation(s), "
+            f"{need} needed by claim {self.ctx.claims[ci].ref}, request {req.spec.full_name} and the requests after it"
+        )
+        for index, _ in rest.users:
+            entry = self.entries[index]
+            if req.static[index] is not None or not self.shared[index]:
+                continue
+            assert entry.device is not None
+            found = self._demand(req, entry)
+            taken = self.capacity_used.get(entry.device.key) or self.ctx.consumed.get(entry.device.key)
+            why = found.over(taken) if not isinstance(found, str) else found
+            self._note(req, entry, why + " after the allocations already chosen" if why else self.slot_note)
         return True
 
     def _pruned(self, ci: int, req: _Req, index: int) -> None:
@@ -1577,9 +1559,6 @@ class NodeSearch:
             self.give_up_at = self.started + self.ctx.deadline_ms / 1000
         try:
             self._prepare()
-            # Recording why devices are passed over costs little next to searching again to
-            # record it when the search fails.
-            self.record = True
             done = self._search()
         except FatalError as exc:
             fatal = str(exc)
