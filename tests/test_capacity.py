@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from gpucluster.dra.capacity import consumed, unfit, violates
+from gpucluster.dra.capacity import Requests, consumed, demand, violates
 
 RANGE = {"default": "2", "validRange": {"min": "2", "step": "2", "max": "8"}}
 VALUES = {"default": "1", "validValues": ["1", "4", "16"]}
@@ -48,6 +48,12 @@ DEVICE = {
         "example.com/bandwidth": {"value": "100"},
     },
 }
+
+
+def unfit(device: dict[str, object], driver: str, requests: Requests | None) -> str:
+    """Why one allocation of ``device`` cannot serve the requests, on an unused device."""
+    found = demand(device, driver, requests)
+    return found if isinstance(found, str) else found.over(None)
 
 
 def test_one_allocation_fits_or_says_why() -> None:

@@ -29,7 +29,7 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from gpucluster.dra import cel
+from gpucluster.dra import capacity, cel
 from gpucluster.dra.claims import (
     ClaimSpec,
     DeviceClassInfo,
@@ -381,8 +381,8 @@ def _in_use(
                     raise AllocatorInputError(f"{where}: must map capacity names to quantities")
                 used = consumed.setdefault(device_key, {})
                 for name, value in amounts.items():
-                    qualified = str(name) if "/" in str(name) else f"{device_key[0]}/{name}"
-                    used[qualified] = used.get(qualified, Fraction(0)) + parse_quantity(value, f"{where}.{name}")
+                    full = capacity.qualified(str(name), device_key[0])
+                    used[full] = used.get(full, Fraction(0)) + parse_quantity(value, f"{where}.{name}")
                 continue
             held.setdefault(device_key, ref)
     return held, shared, consumed

@@ -27,7 +27,8 @@ from gpucluster.dra.quantity import Format, Quantity, parse_cached
 Requests = Sequence[tuple[str, Fraction]]
 
 
-def _qualified(name: str, driver: str) -> str:
+def qualified(name: str, driver: str) -> str:
+    """A capacity name with its domain: an unqualified name is the driver's own."""
     return name if "/" in name else f"{driver}/{name}"
 
 
@@ -40,7 +41,7 @@ def _device_capacity(device: Mapping[str, Any], driver: str) -> dict[str, tuple[
         if str(name).startswith(driver + "/") and isinstance(cap, Mapping):
             out[str(name)] = (str(name), cap)
     for name, cap in raw.items():
-        key = _qualified(str(name), driver)
+        key = qualified(str(name), driver)
         if key not in out and isinstance(cap, Mapping):
             out[key] = (str(name), cap)
     return out
@@ -48,12 +49,12 @@ def _device_capacity(device: Mapping[str, Any], driver: str) -> dict[str, tuple[
 
 def _resolve(name: str, driver: str, raw: Mapping[str, Any]) -> str | None:
     if name in raw:
-        return _qualified(name, driver)
+        return qualified(name, driver)
     domain, _, ident = name.partition("/")
     if ident:
         return name if domain == driver and ident in raw else None
-    qualified = f"{driver}/{name}"
-    return qualified if qualified in raw else None
+    full = f"{driver}/{name}"
+    return full if full in raw else None
 
 
 def consumed(requested: Fraction | None, total: Fraction, policy: Mapping[str, Any] | None, where: str) -> Fraction:
@@ -172,15 +173,6 @@ def demand(device: Mapping[str, Any], driver: str, requests: Requests | None) ->
         published[key] = name
         formats[key] = parse_cached(value).format if isinstance(value, str) else "DecimalSI"
     return Demand(amounts, totals, published, formats)
-
-
-def unfit(
-    device: Mapping[str, Any], driver: str, requests: Requests | None, used: Mapping[str, Fraction] | None = None
-) -> str:
-    """Why one allocation of ``device`` cannot serve these capacity requests next to what ``used``
-    already takes of it ("" when it can)."""
-    found = demand(device, driver, requests)
-    return found if isinstance(found, str) else found.over(used)
 
 
 def _quantity(amount: Fraction, fmt: Format) -> str:
