@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpucluster.dra import gates
-from gpucluster.dra.allocator import AllocatorInputError, explain
+from gpucluster.dra.allocator import AllocatorInputError, Explanation, explain
 
 Obj = dict[str, Any]
 
@@ -270,25 +270,32 @@ def _allocated_claim(ids: list[tuple[str, str, str]]) -> Obj:
     }
 
 
-def run(case: Case) -> list[Pick] | str | None:
-    """What our allocator answers for the case's node, in the form of ``Case.expect``.
-
-    Input the API server would refuse (AllocatorInputError) counts as an error: upstream's
-    allocator sees it only because its tests bypass validation.
-    """
-    feature_gates = {gate: name in case.features for name, gate in _FEATURES.items()}
+def explain_case(
+    case: Case, *, version: str = "1.35", features: dict[str, str] = _FEATURES, extra: tuple[Obj, ...] = ()
+) -> Explanation | None:
+    """``explain`` for the case's node, every gate set as the case's ``features`` say (``extra``:
+    more cluster objects); None for input the API server would refuse (AllocatorInputError):
+    upstream's allocator sees it only because its tests bypass validation."""
+    feature_gates = {gate: name in case.features for name, gate in features.items()}
     cluster = [*case.classes, *case.slices, case.node]
     if case.allocated:
         cluster.append(_allocated_claim(case.allocated))
+    cluster.extend(extra)
     try:
-        result = explain(
+        return explain(
             case.claims,
             cluster,
             node=case.node["metadata"]["name"],
-            kubernetes_version="1.35",
+            kubernetes_version=version,
             feature_gates=feature_gates,
         )
     except AllocatorInputError:
+        return None
+
+
+def answer(case: Case, result: Explanation | None) -> list[Pick] | str | None:
+    """An explanation in the form of ``Case.expect``."""
+    if result is None:
         return ERROR
     if result.errors:
         assert not case.error or any(case.error in e for e in result.errors), result.errors
@@ -298,6 +305,11 @@ def run(case: Case) -> list[Pick] | str | None:
             return NODE_ERROR
         return None
     return sorted((a.claim, a.request, a.driver, a.pool, a.device) for a in result.nodes[0].allocation)
+
+
+def run(case: Case) -> list[Pick] | str | None:
+    """What our allocator answers for the case's node, in the form of ``Case.expect``."""
+    return answer(case, explain_case(case))
 
 
 def case(name: str, c: Case, *marks: pytest.MarkDecorator) -> Any:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from gpucluster.dra import gates
-from gpucluster.dra.allocator import AllocatorInputError, explain
 from tests.test_allocator_upstream import (
     _FEATURES,
     CLAIM0,
@@ -27,9 +26,11 @@ from tests.test_allocator_upstream import (
     POOL1,
     Case,
     Obj,
+    answer,
     case,
     claim,
     distinct,
+    explain_case,
     match,
     picks_a,
     request,
@@ -49,20 +50,7 @@ CC = ("ConsumableCapacity",)
 
 def run(c: Case) -> list[Any] | str | None:
     """``tests.test_allocator_upstream.run`` at 1.36 with :data:`FEATURES`."""
-    feature_gates = {gate: name in c.features for name, gate in FEATURES.items()}
-    cluster = [*c.classes, *c.slices, c.node]
-    try:
-        result = explain(
-            c.claims, cluster, node=c.node["metadata"]["name"], kubernetes_version="1.36", feature_gates=feature_gates
-        )
-    except AllocatorInputError:
-        return ERROR
-    if result.errors:
-        assert not c.error or any(c.error in e for e in result.errors), result.errors
-        return ERROR
-    if not result.satisfiable:
-        return None
-    return sorted((a.claim, a.request, a.driver, a.pool, a.device) for a in result.nodes[0].allocation)
+    return answer(c, explain_case(c, version="1.36", features=FEATURES))
 
 
 def dev(name: str, attribute: str, value: Obj) -> Obj:

@@ -27,23 +27,20 @@ from typing import Any
 
 import pytest
 
-from gpucluster.dra.allocator import AllocatedDevice, AllocatorInputError, explain
+from gpucluster.dra.allocator import AllocatedDevice
 from gpucluster.dra.quantity import Quantity
 from tests.test_allocator_upstream import (
-    _FEATURES,
     _MULTI_CLASS,
     CASES,
     CLAIM0,
     CLAIM1,
     CLASS_A,
     DRIVER_A,
-    ERROR,
     NODE1,
     POOL1,
     Case,
     Obj,
     Pick,
-    _allocated_claim,
     _cap_request,
     _counters,
     _mem,
@@ -51,10 +48,12 @@ from tests.test_allocator_upstream import (
     _multi_with,
     _range,
     all_request,
+    answer,
     cel,
     claim,
     counter_set,
     device,
+    explain_case,
     klass,
     match,
     mem_at_least,
@@ -160,32 +159,12 @@ def case(
 # ----------------------------------------------------------------------------- the runner
 
 
-def _explain(c: SharingCase) -> Any:
-    feature_gates = {gate: name in c.features for name, gate in _FEATURES.items()}
-    cluster = [*c.classes, *c.slices, c.node]
-    if c.allocated:
-        cluster.append(_allocated_claim(c.allocated))
-    if c.shared:
-        cluster.append(_shared_claim(c.shared))
-    return explain(
-        c.claims, cluster, node=c.node["metadata"]["name"], kubernetes_version="1.35", feature_gates=feature_gates
-    )
-
-
 def run(c: SharingCase) -> tuple[list[Pick] | str | None, list[AllocatedDevice]]:
-    """The answer in the form of ``Case.expect`` (as tests/test_allocator_upstream.py's run),
-    and the allocated devices."""
-    try:
-        result = _explain(c)
-    except AllocatorInputError:
-        return ERROR, []
-    if result.errors:
-        assert not c.error or any(c.error in e for e in result.errors), result.errors
-        return ERROR, []
-    if not result.satisfiable:
-        return None, []
-    allocation = list(result.nodes[0].allocation)
-    return sorted((a.claim, a.request, a.driver, a.pool, a.device) for a in allocation), allocation
+    """The answer in the form of ``Case.expect`` (tests/test_allocator_upstream.py's), and the
+    allocated devices."""
+    result = explain_case(c, extra=(_shared_claim(c.shared),) if c.shared else ())
+    verdict = answer(c, result)
+    return verdict, list(result.nodes[0].allocation) if isinstance(verdict, list) and result else []
 
 
 def _amounts(consumed: dict[str, str]) -> tuple[tuple[str, Fraction], ...]:
