@@ -124,6 +124,15 @@ def test_every_documented_field_is_accepted() -> None:
          "spec.draDriver.gpus.kubeletPlugin.resources.limits.cpu", "must be integer or string"),
         ({"hostPaths": {"rootFS": 1}}, "spec.hostPaths.rootFS", "must be of type string"),
         ({"draDriver": []}, "spec.draDriver", "must be of type object"),
+        # kube-apiserver refuses these in a DaemonSet whose maxSurge is 0 (ValidateRollingUpdateDaemonSet).
+        ({"daemonsets": {"rollingUpdate": {"maxUnavailable": 0}}},
+         "spec.daemonsets.rollingUpdate.maxUnavailable", "greater than or equal to 1"),
+        ({"daemonsets": {"rollingUpdate": {"maxUnavailable": "0"}}},
+         "spec.daemonsets.rollingUpdate.maxUnavailable", "a positive number or a percentage from 1% to 100%"),
+        ({"daemonsets": {"rollingUpdate": {"maxUnavailable": "0%"}}},
+         "spec.daemonsets.rollingUpdate.maxUnavailable", "a positive number or a percentage from 1% to 100%"),
+        ({"daemonsets": {"rollingUpdate": {"maxUnavailable": "101%"}}},
+         "spec.daemonsets.rollingUpdate.maxUnavailable", "a positive number or a percentage from 1% to 100%"),
     ],
 )  # fmt: skip
 def test_invalid_fields_are_reported_with_their_path(spec: dict[str, Any], path: str, fragment: str) -> None:

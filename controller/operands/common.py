@@ -493,7 +493,7 @@ class Ctx:
         if ds.updateStrategy == "RollingUpdate":
             max_unavailable: int | str | None = default_max_unavailable
             if ds.rollingUpdate is not None and ds.rollingUpdate.maxUnavailable is not None:
-                max_unavailable = ds.rollingUpdate.maxUnavailable
+                max_unavailable = gc.daemonset_max_unavailable(ds.rollingUpdate.maxUnavailable)
             if max_unavailable is not None:
                 strategy["rollingUpdate"] = {"maxUnavailable": max_unavailable}
         return {

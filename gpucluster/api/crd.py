@@ -65,11 +65,15 @@ def _structural(node: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchema:
             )
             if not int_or_string:
                 raise ValueError(f"cannot express union {options} in a structural schema")
+            # The branches' own checks move up: a pattern applies to strings only, a minimum to numbers only.
             pattern = next((o["pattern"] for o in options if "pattern" in o), None)
+            minimum = next((o["minimum"] for o in options if o.get("type") == "integer" and "minimum" in o), None)
             node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
             node["x-kubernetes-int-or-string"] = True
             if pattern is not None:
                 node["pattern"] = pattern
+            if minimum is not None:
+                node["minimum"] = minimum
     if node.get("default", NoDefault) is None:
         del node["default"]
     for key in _DROP:

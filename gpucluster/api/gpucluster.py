@@ -280,16 +280,33 @@ class HostPathsSpec(KubeModel):
     kubeletRootDir: StrictStr = Field(default="/var/lib/kubelet", description="The kubelet root directory.")
 
 
+# kube-apiserver's DaemonSet validation takes a string only as a percentage, at most 100%, and
+# refuses 0 while maxSurge is 0 (the operand DaemonSets set none); numeric strings are made
+# numbers before they reach a DaemonSet (daemonset_max_unavailable).
+MAX_UNAVAILABLE_PATTERN = r"^(0*[1-9][0-9]*|0*([1-9][0-9]?|100)%)$"
+
+
 class RollingUpdateSpec(KubeModel):
     """Rolling update of the DaemonSet pods."""
 
     maxUnavailable: (
         Annotated[
-            StrictInt | Annotated[StrictStr, Field(pattern=r"^[0-9]+%?$")],
+            Annotated[StrictInt, Field(ge=1)] | Annotated[StrictStr, Field(pattern=MAX_UNAVAILABLE_PATTERN)],
             Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
         ]
         | None
-    ) = Field(default=None, description="Pods that may be unavailable during the update: a number or a percentage.")
+    ) = Field(
+        default=None,
+        description="Pods that may be unavailable during the update: a positive number or a percentage up to 100%.",
+    )
+
+
+def daemonset_max_unavailable(value: int | str) -> int | str:
+    """The int-or-string value a DaemonSet gets: a numeric string becomes a number, as the GPU
+    Operator's ``intstr.Parse`` does (kube-apiserver accepts a string only as a percentage)."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 class DaemonsetsSpec(KubeModel):

@@ -86,6 +86,11 @@ def _message(error: ErrorDetails) -> str:
         pattern = ctx.get("pattern")
         if pattern == QUANTITY_PATTERN:
             return f"Invalid value: {_show(value)}: must be a quantity such as 500m, 2, 1.5Gi or 1e3"
+        if pattern == gc.MAX_UNAVAILABLE_PATTERN:
+            return (
+                f"Invalid value: {_show(value)}: must be a positive number or a percentage from 1% to 100% "
+                "(the operand DaemonSets have maxSurge 0)"
+            )
         return f"Invalid value: {_show(value)}: must match the pattern {pattern}"
     if kind == "string_too_long":
         return f"Too long: may not be more than {ctx.get('max_length')} characters"

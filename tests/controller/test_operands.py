@@ -249,6 +249,16 @@ def test_kubelet_plugin_daemonset_shape() -> None:
         assert '. "$DRIVER_READY_FILE"' in ctr["args"][0]
 
 
+@pytest.mark.parametrize(("given", "applied"), [("1", 1), (2, 2), ("007", 7), ("25%", "25%"), ("100%", "100%")])
+def test_rolling_update_numeric_strings_become_numbers(given: int | str, applied: int | str) -> None:
+    # kube-apiserver takes a string maxUnavailable only as a percentage; the chart's default is "1".
+    objs = objects({"daemonsets": {"rollingUpdate": {"maxUnavailable": given}}})
+    daemonsets = [o for o in objs if o["kind"] == "DaemonSet"]
+    assert daemonsets
+    for ds in daemonsets:
+        assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": applied}, ds["metadata"]["name"]
+
+
 def test_healthcheck_probes_are_grpc_on_the_configured_ports() -> None:
     ds = kubelet_plugin(objects({"draDriver": {"gpus": {"kubeletPlugin": {"healthcheck": {"port": 52000}}}}}))
     gpus = container(ds, "gpus")
