@@ -110,6 +110,35 @@ def new_serving_cert(
     """
     import ipaddress
 
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses or []]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])])
+    return _leaf(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, lifetime, now, sans)
+
+
+def new_client_cert(
+    ca: KeyPair,
+    common_name: str,
+    organizations: list[str] | None = None,
+    *,
+    lifetime: dt.timedelta = SERVING_LIFETIME,
+    now: dt.datetime | None = None,
+) -> KeyPair:
+    """A client certificate signed by ``ca``: kube-apiserver's x509 authenticator takes the
+    common name as the user name and each organization as a group."""
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    attributes += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations or []]
+    return _leaf(ca, x509.Name(attributes), ExtendedKeyUsageOID.CLIENT_AUTH, lifetime, now, None)
+
+
+def _leaf(
+    ca: KeyPair,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    lifetime: dt.timedelta,
+    now: dt.datetime | None,
+    sans: list[x509.GeneralName] | None,
+) -> KeyPair:
     now = now or dt.datetime.now(dt.UTC)
     ca_cert = ca.certificate
     not_after = min(now + lifetime, ca_cert.not_valid_after_utc)
@@ -117,19 +146,20 @@ def new_serving_cert(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key must be an ECDSA key")
     key = _new_key()
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses or []]
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .subject_name(subject)
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = (
+        builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(_LEAF_KEY_USAGE, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
