@@ -31,7 +31,7 @@ from sandbox.sim.base import Controller
 from sandbox.sim.endpoints import EndpointSliceController, ensure_endpointslices
 from sandbox.sim.jobs import JobController
 from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
-from sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions
+from sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions, core_access
 from sandbox.sim.resourceclaim import ResourceClaimController
 from sandbox.sim.scheduler import Scheduler
 from sandbox.sim.workloads import Workloads, ensure_replicasets
@@ -95,7 +95,7 @@ class SimulatedCluster:
             if opts.processes:
                 base, cap = opts.restart_backoff
                 self.runtime = ProcessRuntime(
-                    core,
+                    *core_access(core),
                     RuntimeOptions(
                         root=opts.process_root, backoff_base=base, backoff_max=cap, entrypoints=opts.process_images
                     ),

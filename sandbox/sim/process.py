@@ -35,7 +35,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -718,6 +718,32 @@ class PodRuntime:
         self._notify()
 
 
+def core_access(core: ApiCore) -> tuple[Lookup, TokenIssuer]:
+    """The sandbox's store and token issuer as a kubelet's lookup and token issuer."""
+
+    def lookup(namespace: str, plural: str, name: str) -> Obj | None:
+        return core.store.get(("", plural), namespace, name)
+
+    async def issue(pod: Obj, source: Obj, ttl: int) -> str:
+        issue_token = getattr(getattr(core, "authn", None), "issue_service_account_token", None)
+        if issue_token is None:
+            raise TokenUnavailable("the sandbox issues no service-account tokens")
+        md, spec = pod["metadata"], pod.get("spec") or {}
+        audience = source.get("audience")
+        result = issue_token(
+            str(md["namespace"]),
+            str(spec.get("serviceAccountName") or "default"),
+            audiences=[str(audience)] if audience else None,
+            expiration_seconds=ttl,
+            bound_pod=pod,
+        )
+        if inspect.isawaitable(result):
+            result = await result
+        return str(result[0] if isinstance(result, tuple) else result)
+
+    return lookup, issue
+
+
 def _names(source: Obj, plural: str, name: str) -> bool:
     """Whether a volume (or projection) source is made from Secret/ConfigMap ``name``."""
     if plural == "secrets" and "secret" in source:
@@ -740,11 +766,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-class ProcessRuntime:
-    """Every process pod of the sandbox: start, status, logs, stop."""
+Lookup = Callable[[str, str, str], "Obj | None"]
+"""(namespace, plural, name) -> the object, from the kubelet's cache (None: not there)."""
+TokenIssuer = Callable[[Obj, Obj, int], Awaitable[str]]
+"""(pod, projected serviceAccountToken source, ttl seconds) -> a token bound to the pod."""
 
-    def __init__(self, core: ApiCore, options: RuntimeOptions | None = None) -> None:
-        self.core = core
+
+class ProcessRuntime:
+    """Every process pod of a node agent: start, status, logs, stop.
+
+    ``lookup`` and ``issue_token`` are the kubelet's view of the API: the sandbox's store and
+    token issuer (:func:`core_access`), or a real API server's (``sandbox.controlplane.nodes``).
+    """
+
+    def __init__(self, lookup: Lookup, issue_token: TokenIssuer, options: RuntimeOptions | None = None) -> None:
+        self._lookup = lookup
+        self._issue_token = issue_token
         self.options = options or RuntimeOptions()
         self.defaults = podenv.default_entrypoints()
         self._own_root = self.options.root is None
@@ -772,30 +809,17 @@ class ProcessRuntime:
 
     def lookup(self, namespace: str) -> Callable[[str, str], Obj | None]:
         def get(plural: str, name: str) -> Obj | None:
-            return self.core.store.get(("", plural), namespace, name)
+            return self._lookup(namespace, plural, name)
 
         return get
 
     async def issue_token(self, pod: Obj, source: Obj, ttl: int) -> str:
-        authn = getattr(self.core, "authn", None)
-        issue = getattr(authn, "issue_service_account_token", None)
-        if issue is None:
-            raise TokenUnavailable("the sandbox issues no service-account tokens")
-        md, spec = pod["metadata"], pod.get("spec") or {}
-        audience = source.get("audience")
         try:
-            result = issue(
-                str(md["namespace"]),
-                str(spec.get("serviceAccountName") or "default"),
-                audiences=[str(audience)] if audience else None,
-                expiration_seconds=ttl,
-                bound_pod=pod,
-            )
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:  # an ApiError (no such ServiceAccount) or the issuer's own
+            return await self._issue_token(pod, source, ttl)
+        except TokenUnavailable:
+            raise
+        except Exception as exc:  # an API error (no such ServiceAccount) or the issuer's own
             raise TokenUnavailable(str(getattr(exc, "message", None) or exc)) from None
-        return str(result[0] if isinstance(result, tuple) else result)
 
     def allocate_ip(self, key: tuple[str, str]) -> str:
         used = {ip for ip, _ in self._ips.values()}
