@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean
+.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -44,6 +44,12 @@ run:
 RECIPE ?= pre-installed
 try-chart:
 	$(BIN)/python -m tests.e2e.chart_install --recipe $(RECIPE) --kubeconfig-out sandbox.kubeconfig
+
+# Build Kubernetes' own control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler) from Go modules into ~/.cache/gpucluster/kube/<version>/: KUBE_VERSIONS=1.34 1.37.
+KUBE_VERSIONS ?= 1.34 1.37
+kube:
+	@for v in $(KUBE_VERSIONS); do $(BIN)/gpucluster cluster build --version $$v || exit $$?; done
 
 # Regenerate the CRD manifests from the API models (a test fails when they are stale).
 crds:

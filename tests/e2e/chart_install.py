@@ -21,9 +21,11 @@ from typing import Any, TypeVar
 import helm_python as helm
 
 from gpucluster.commands.run import NVIDIADRIVER_CRD
+from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from sandbox.server import SandboxThread
 from sandbox.sim import SimulationOptions
 from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe, set_values
+from tests.e2e.backends import SANDBOX, kube_version, require_kube
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 NAMESPACE = "gpu-operator"
@@ -49,18 +51,45 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval:
 
 
 class Cluster:
-    """A sandbox with the simulated GPU cluster, process pods and RBAC, driven by kubectl and Helm."""
+    """A cluster with simulated GPU nodes, process pods and RBAC, driven by kubectl and Helm: the
+    sandbox (``backend="sandbox"``) or the real control plane (``backend="kube"``)."""
 
-    def __init__(self, *, nodes: int = 2, gpus_per_node: int = 4, kubeconfig: Path | None = None) -> None:
-        options = SimulationOptions(nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0))
-        self.thread = SandboxThread(simulate=options, kubeconfig_path=kubeconfig)
-        self.sandbox = self.thread.start()
-        self.kubeconfig = str(self.sandbox.kubeconfig_path)
+    def __init__(
+        self, *, nodes: int = 2, gpus_per_node: int = 4, kubeconfig: Path | None = None, backend: str = SANDBOX
+    ) -> None:
+        self.backend = backend
+        self.thread: SandboxThread | None = None
+        self.plane: ControlPlane | None = None
+        if backend == SANDBOX:
+            options = SimulationOptions(nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0))
+            self.thread = SandboxThread(simulate=options, kubeconfig_path=kubeconfig)
+            self.sandbox = self.thread.start()
+            self.kubeconfig = str(self.sandbox.kubeconfig_path)
+        else:
+            require_kube()
+            self.plane = ControlPlane(ClusterOptions(version=kube_version(), nodes=nodes, gpus_per_node=gpus_per_node))
+            self.plane.up()
+            self.kubeconfig = str(self.plane.admin_kubeconfig)
+            if kubeconfig is not None:
+                shutil.copyfile(self.kubeconfig, kubeconfig)
+                self.kubeconfig = str(kubeconfig)
         self.helm = helm.Config(kubeconfig_path=self.kubeconfig, namespace=NAMESPACE)
 
     def close(self) -> None:
         self.helm.close()
-        self.thread.stop()
+        if self.thread is not None:
+            self.thread.stop()
+        if self.plane is not None:
+            self.plane.stop()
+
+    def forbidden(self, user_prefix: str) -> list[str]:
+        """Requests of users named ``user_prefix...`` that the authorizer refused: the sandbox's
+        record of denials, or the real kube-apiserver's audit log."""
+        if self.plane is not None:
+            return self.plane.forbidden(user_prefix)
+        authz = self.sandbox.core.authz
+        assert authz is not None
+        return [message for user, message in list(authz.denials) if user.startswith(user_prefix)]
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         result = subprocess.run(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
+from tests.e2e.backends import backends
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 from tests.e2e.test_run import legacy_pod
 
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not 
 PLUGIN = "nvidia-dra-driver-kubelet-plugin"
 
 
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=4)
+@pytest.fixture(params=backends())
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    c = Cluster(nodes=2, gpus_per_node=4, backend=request.param)
     try:
         yield c
     finally:
@@ -103,10 +104,7 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     cluster.wait_ready(timeout=120)
 
     # Everything the operator and the chart's hooks did was within their RBAC: no refusal at all.
-    operator_users = ("system:serviceaccount:gpu-operator:",)
-    authz = cluster.sandbox.core.authz
-    assert authz is not None
-    refused = [message for user, message in list(authz.denials) if user.startswith(operator_users)]
+    refused = cluster.forbidden("system:serviceaccount:gpu-operator:")
     assert not refused, refused
 
     cluster.kubectl("delete", "pod", "legacy", "--wait=true", "--timeout=60s")

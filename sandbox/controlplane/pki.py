@@ -1,0 +1,127 @@
+"""The real control plane's certificates, keys and one kubeconfig per identity.
+
+One CA signs kube-apiserver's serving certificate and every client certificate; kube-apiserver's
+x509 authenticator maps a certificate's common name to the user and its organizations to groups,
+so each component gets exactly the identity kubeadm would give it.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
+from sandbox import kubeconfig
+
+# Service ClusterIPs are loopback addresses (which this machine answers on without any set-up) that
+# no process pod gets: the process runtime draws pod addresses from 127.1-254.x.y.
+SERVICE_CIDR = "127.255.0.0/16"
+KUBERNETES_SERVICE_IP = "127.255.0.1"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A user of the control plane: a name and groups, written to ``<file>.kubeconfig``."""
+
+    file: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+ADMIN = Identity("admin", "kubernetes-admin", ("system:masters",))
+CONTROLLER_MANAGER = Identity("controller-manager", "system:kube-controller-manager")
+SCHEDULER = Identity("scheduler", "system:kube-scheduler")
+# The simulated DRA driver's kubelet plugin: only the rights a DRA kubelet plugin has (its
+# ClusterRole is created at start-up), never a node's or an admin's.
+DRA_PLUGIN = Identity("dra-plugin", "gpucluster:simulated-dra-kubelet-plugin")
+
+
+def node_identity(node: str) -> Identity:
+    return Identity(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+
+
+@dataclass(frozen=True)
+class ControlPlanePKI:
+    directory: Path
+    ca: KeyPair
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.crt"
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+    def kubeconfig(self, identity: Identity) -> Path:
+        return self.directory / f"{identity.file}.kubeconfig"
+
+    def write_kubeconfig(self, identity: Identity, server: str) -> Path:
+        pair = new_client_cert(self.ca, identity.user, list(identity.groups))
+        name = "gpucluster-kube"
+        config: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {"server": server, "certificate-authority-data": _b64(self.ca.cert_pem)},
+                }
+            ],
+            "users": [
+                {
+                    "name": identity.user,
+                    "user": {
+                        "client-certificate-data": _b64(pair.cert_pem),
+                        "client-key-data": _b64(pair.key_pem),
+                    },
+                }
+            ],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": identity.user}}],
+            "current-context": name,
+            "preferences": {},
+        }
+        return kubeconfig.write(self.kubeconfig(identity), config)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def create(directory: Path) -> ControlPlanePKI:
+    """CA, kube-apiserver's serving pair and the ServiceAccount token signing key, in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = new_ca("gpucluster-kube-ca")
+    serving = new_serving_cert(
+        ca,
+        [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ],
+        ip_addresses=["127.0.0.1", KUBERNETES_SERVICE_IP],
+    )
+    signing = ec.generate_private_key(ec.SECP256R1())
+    files = {
+        "ca.crt": ca.cert_pem,
+        "ca.key": ca.key_pem,
+        "apiserver.crt": serving.cert_pem,
+        "apiserver.key": serving.key_pem,
+        "sa.key": signing.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        "sa.pub": signing.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    }
+    for name, data in files.items():
+        path = directory / name
+        path.write_bytes(data)
+        path.chmod(0o600 if name.endswith(".key") else 0o644)
+    return ControlPlanePKI(directory, ca)

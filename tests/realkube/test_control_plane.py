@@ -1,0 +1,87 @@
+"""The real control plane itself: what it runs, who may do what, and that it leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from sandbox.controlplane import pki
+from sandbox.controlplane.build import resolve_version
+from sandbox.controlplane.cluster import ControlPlane
+from tests.e2e.backends import kube_version
+from tests.realkube.api import Api
+
+KUBECTL = "/usr/bin/kubectl"
+
+
+def kubectl(plane: ControlPlane, *args: str, identity: pki.Identity = pki.ADMIN) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(plane.kubeconfig(identity)), *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_it_is_the_pinned_kubernetes_with_ready_gpu_nodes(kube: ControlPlane, kube_api: Api) -> None:
+    version = kube_api.ok("GET", "/version")
+    assert version["gitVersion"] == f"v{resolve_version(kube_version())}"
+    nodes = kube_api.ok("GET", "/api/v1/nodes")["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["gpu-node-0", "gpu-node-1"]
+    for node in nodes:
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True"
+        assert node["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    # Served as that version serves it: DRA's GA API.
+    groups = kube_api.ok("GET", "/apis/resource.k8s.io")
+    assert "v1" in [v["version"] for v in groups["versions"]]
+
+
+def test_each_component_has_its_own_identity_judged_by_the_real_authorizers(kube: ControlPlane) -> None:
+    # A node may label its own Node but not even read another (the Node authorizer, 1.34+).
+    own = kubectl(kube, "label", "node", "gpu-node-0", "example.com/x=1", identity=pki.node_identity("gpu-node-0"))
+    assert own.returncode == 0, own.stderr
+    other = kubectl(kube, "label", "node", "gpu-node-1", "example.com/x=1", identity=pki.node_identity("gpu-node-0"))
+    assert other.returncode != 0
+    assert "Forbidden" in other.stderr and "only its own Node object" in other.stderr, other.stderr
+    # The simulated DRA driver may manage ResourceSlices and nothing else of note.
+    can = kubectl(kube, "auth", "can-i", "create", "resourceslices.resource.k8s.io", identity=pki.DRA_PLUGIN)
+    assert can.stdout.strip() == "yes"
+    cannot = kubectl(kube, "auth", "can-i", "create", "pods", identity=pki.DRA_PLUGIN)
+    assert cannot.stdout.strip() == "no"
+    # The scheduler runs as system:kube-scheduler, bound by the bootstrap RBAC only.
+    binds = kubectl(kube, "auth", "can-i", "create", "pods", "--subresource=binding", identity=pki.SCHEDULER)
+    assert binds.stdout.strip() == "yes"
+
+
+def test_the_audit_log_names_refused_requests(kube: ControlPlane, kube_api: Api) -> None:
+    token = kube_api.service_account_token("default", "nobody")
+    status, _ = kube_api.request("GET", "/api/v1/namespaces/kube-system/secrets", token=token)
+    assert status == 403
+    refused = [line for line in kube.forbidden("system:serviceaccount:default:nobody")]
+    assert any("/api/v1/namespaces/kube-system/secrets" in line for line in refused), refused
+    assert kube.forbidden("system:serviceaccount:default:someone-else") == []
+
+
+def test_pods_run_on_the_simulated_nodes_and_stop(kube: ControlPlane) -> None:
+    created = kubectl(kube, "run", "plain", "--image=registry.example/app:1", "--restart=Never")
+    assert created.returncode == 0, created.stderr
+    ready = kubectl(kube, "wait", "--for=condition=Ready", "pod/plain", "--timeout=60s")
+    assert ready.returncode == 0, ready.stderr
+    deleted = kubectl(kube, "delete", "pod", "plain", "--timeout=60s")
+    assert deleted.returncode == 0, deleted.stderr
+
+
+def test_stop_ends_every_process_and_removes_its_directory() -> None:
+    from sandbox.controlplane.cluster import ClusterOptions
+
+    plane = ControlPlane(ClusterOptions(version=kube_version(), nodes=1, gpus_per_node=1)).up()
+    pids = [c.process.pid for c in plane.components if c.process is not None]
+    workdir = plane.workdir
+    assert len(pids) == 5  # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the nodes
+    plane.stop()
+    assert not workdir.exists()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"process {pid} still runs")
