@@ -197,6 +197,7 @@ class RunOptions:
     sandbox: bool | None = None  # None: decide from cluster_configured()
     health_port: int | None = None  # None: a free port in the sandbox, 8081 against a cluster
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)  # the controller's, over os.environ
 
 
 class Stack:
@@ -228,6 +229,8 @@ class Stack:
         opts = self.options
         if self.uses_sandbox:
             await self._start_sandbox()
+        elif opts.kubeconfig:
+            self.kubeconfig = Path(opts.kubeconfig)
         self.kube = await Kube.connect(str(self.kubeconfig) if self.kubeconfig else opts.kubeconfig)
         await self._start_webhook()
         if opts.controller:
@@ -429,7 +432,7 @@ class Stack:
             log.warning("controller not available; running the webhook only")
             return
         assert self.kube is not None
-        env = dict(os.environ)
+        env = {**os.environ, **self.options.environment}
         if self.sandbox is not None:  # what the chart's operator Deployment would be given
             env = {**chart_env(), **env}
         env["OPERATOR_NAMESPACE"] = self.options.namespace

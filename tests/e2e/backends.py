@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+from typing import Any
 
 import pytest
+import yaml
 
+from gpucluster.commands.run import CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD, RunOptions, chart_crds
 from sandbox.controlplane import build
+from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 SANDBOX = "sandbox"
 KUBE = "kube"
@@ -41,3 +49,46 @@ def require_kube(version: str | None = None) -> build.Binaries:
 
 def backends() -> list[str]:
     return [SANDBOX, KUBE]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_kube(*, nodes: int = 3, gpus_per_node: int = 8, mix: str = "h100", node_agent: bool = True) -> ControlPlane:
+    """The real control plane with the CRDs ``gpucluster run`` installs in the sandbox (the chart's,
+    ClusterPolicy's and NVIDIADriver's) and the operator namespace, as an admin would prepare it."""
+    require_kube()
+    plane = ControlPlane(
+        ClusterOptions(version=kube_version(), nodes=nodes, gpus_per_node=gpus_per_node, mix=mix, node_agent=node_agent)
+    ).up()
+    try:
+        apply = [KUBECTL, "--kubeconfig", str(plane.admin_kubeconfig), "apply", "--server-side", "-f", "-"]
+        crds = [*chart_crds(), CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD]
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+        docs = yaml.safe_dump_all([*crds, namespace])
+        subprocess.run(apply, input=docs, capture_output=True, text=True, check=True, timeout=60)
+        wait = [KUBECTL, "--kubeconfig", str(plane.admin_kubeconfig), "wait", "--for=condition=Established"]
+        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+        subprocess.run([*wait, *names, "--timeout=30s"], capture_output=True, check=True, timeout=60)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+def kube_run_options(plane: ControlPlane, **overrides: Any) -> RunOptions:
+    """``gpucluster run`` against the real control plane: the webhook on loopback, registered by
+    URL (kube-apiserver calls it there), health on a free port."""
+    port = free_port()
+    options: dict[str, Any] = {
+        "kubeconfig": str(plane.admin_kubeconfig),
+        "sandbox": False,
+        "webhook_host": "127.0.0.1",
+        "webhook_port": port,
+        "webhook_url": f"https://127.0.0.1:{port}",
+        "health_port": free_port(),
+    }
+    return RunOptions(**{**options, **overrides})

@@ -3,6 +3,7 @@ finalizer removal still goes through, while creates and spec changes are still r
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,24 +12,49 @@ import pytest
 from controller.reconcile import FINALIZER
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.kube.client import Kube, KubeError
+from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from sandbox.server import Sandbox
+from tests.e2e.backends import SANDBOX, backends, kube_version, require_kube
 from webhook.configurations import webhook_configurations
 
 GC_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
 UNREACHABLE = "https://127.0.0.1:1/"  # nothing listens on port 1
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
-    sandbox = Sandbox()
-    await sandbox.start()
-    client = await Kube.connect(str(sandbox.kubeconfig_path))
+@pytest.fixture(params=backends())
+async def kube(request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
+    sandbox, plane = None, None
+    if request.param == SANDBOX:
+        sandbox = Sandbox()
+        await sandbox.start()
+        kubeconfig = str(sandbox.kubeconfig_path)
+    else:
+        require_kube()
+        plane = await asyncio.to_thread(ControlPlane(ClusterOptions(version=kube_version(), node_agent=False)).up)
+        kubeconfig = str(plane.admin_kubeconfig)
+    client = await Kube.connect(kubeconfig)
     try:
         await client.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=gpucluster_crd())
+        await _established(client)
         yield client
     finally:
         await client.close()
-        await sandbox.stop()
+        if sandbox is not None:
+            await sandbox.stop()
+        if plane is not None:
+            await asyncio.to_thread(plane.stop)
+
+
+async def _established(kube: Kube) -> None:
+    """kube-apiserver serves a new CRD's objects only once it is Established."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        crd = await kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuclusters.nvidia.com")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the GPUCluster CRD never became Established"
+        await asyncio.sleep(0.05)
 
 
 async def _register_unreachable_webhooks(kube: Kube) -> None:
