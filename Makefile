@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube
+.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -31,7 +31,12 @@ typecheck:
 unit:
 	$(BIN)/pytest
 
-test: lint typecheck unit
+# The real-control-plane tier needs the binaries: built first when Go is here (a no-op once cached).
+test: lint typecheck kube-if-go unit
+
+kube-if-go:
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory kube; \
+	else echo "make test: Go not found: the real-control-plane tier skips (CI=true fails it); install Go >= 1.24"; fi
 
 bench:
 	$(BIN)/python -m tests.bench $(SUITES)

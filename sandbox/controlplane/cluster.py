@@ -233,6 +233,9 @@ class ControlPlane:
                 f"--service-account-issuer={ISSUER}", f"--api-audiences={ISSUER}",
                 f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
                 "--allow-privileged=true", "--profiling=false",
+                # From 1.37 the endpoint reconciler refuses a loopback address; pods here reach the
+                # API server at its address directly, not through the kubernetes Service.
+                "--endpoint-reconciler-type=none",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}", "--v=1",
                 f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json", "--audit-log-maxsize=0",

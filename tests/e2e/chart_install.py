@@ -55,7 +55,13 @@ class Cluster:
     sandbox (``backend="sandbox"``) or the real control plane (``backend="kube"``)."""
 
     def __init__(
-        self, *, nodes: int = 2, gpus_per_node: int = 4, kubeconfig: Path | None = None, backend: str = SANDBOX
+        self,
+        *,
+        nodes: int = 2,
+        gpus_per_node: int = 4,
+        kubeconfig: Path | None = None,
+        backend: str = SANDBOX,
+        version: str | None = None,
     ) -> None:
         self.backend = backend
         self.thread: SandboxThread | None = None
@@ -66,8 +72,9 @@ class Cluster:
             self.sandbox = self.thread.start()
             self.kubeconfig = str(self.sandbox.kubeconfig_path)
         else:
-            require_kube()
-            self.plane = ControlPlane(ClusterOptions(version=kube_version(), nodes=nodes, gpus_per_node=gpus_per_node))
+            version = version or kube_version()
+            require_kube(version)
+            self.plane = ControlPlane(ClusterOptions(version=version, nodes=nodes, gpus_per_node=gpus_per_node))
             self.plane.up()
             self.kubeconfig = str(self.plane.admin_kubeconfig)
             if kubeconfig is not None:

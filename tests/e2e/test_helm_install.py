@@ -9,6 +9,7 @@ the pre-delete hook, drains, and leaves nothing of the release but the CRDs.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
-from tests.e2e.backends import backends
+from sandbox.controlplane.build import VERSIONS
+from tests.e2e.backends import KUBE, backends
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 from tests.e2e.test_run import legacy_pod
 
@@ -119,3 +121,31 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     assert cluster.get("nvidiadrivers")["items"] == [] if recipe is DOCS_OPERATOR_MANAGED else True
     assert not [s for s in cluster.get("secrets", "-n", NAMESPACE)["items"] if s["type"] == "helm.sh/release.v1"]
     assert "gpuclusters.nvidia.com" in cluster.kubectl("get", "crd", "-o", "name")
+
+
+def test_newest_kubernetes_installs_translates_and_uninstalls() -> None:
+    """The pre-installed recipe on the newest Kubernetes built here (its DRA gates differ from 1.34's)."""
+    newest = max(VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
+    cluster = Cluster(nodes=2, gpus_per_node=4, backend=KUBE, version=newest)
+    try:
+        assert json.loads(cluster.kubectl("get", "--raw", "/version"))["gitVersion"] == f"v{VERSIONS[newest]}"
+        cluster.install(DOCS_PREINSTALLED)
+        cluster.wait_ready(timeout=180)
+        wait_for("2 operator pods Running and Ready", lambda: _ready_operator_pods(cluster), 60)
+        cluster.kubectl("create", "-f", "-", stdin=legacy_pod("legacy", 2))
+        pod = wait_for(
+            "the legacy pod to be bound and run",
+            lambda: (p := cluster.get("pod", "legacy"))["status"].get("phase") in ("Running", "Succeeded") and p,
+            60,
+        )
+        [status] = pod["status"]["resourceClaimStatuses"]
+        claim = cluster.get("resourceclaim", status["resourceClaimName"])
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 2 and {r["pool"] for r in results} == {pod["spec"]["nodeName"]}
+        assert not cluster.forbidden("system:serviceaccount:gpu-operator:")
+        cluster.kubectl("delete", "pod", "legacy", "--wait=true", "--timeout=60s")
+        cluster.uninstall()
+        assert cluster.get("gpuclusters")["items"] == []
+        wait_for("the operator's pods to be gone", lambda: not cluster.get("pods", "-n", NAMESPACE)["items"], 60)
+    finally:
+        cluster.close()
