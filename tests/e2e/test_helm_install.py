@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
 from sandbox.controlplane.build import VERSIONS
+from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
 from tests.e2e.backends import KUBE, backends
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 from tests.e2e.test_run import legacy_pod
