@@ -1,8 +1,9 @@
-"""In the sandbox: the webhook creates nothing, the controller provisions and collects claim templates,
+"""In the sandbox and on the real control plane: the webhook creates nothing, the controller provisions and collects claim templates,
 and pods admitted untranslated while the webhook was down get a Warning event."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import ssl
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 
 from controller.stranded import REASON as STRANDED_REASON
-from gpucluster.commands.run import SERVICE, RunOptions, Stack
+from gpucluster.commands.run import SERVICE, RunOptions, Stack, chart_env
 from gpucluster.translate import PROVISIONED_LABEL
+from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
 from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod, wait_for
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
@@ -25,19 +27,53 @@ pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not 
 GRACE = 1.0  # seconds an unreferenced template is kept in these tests
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    kubeconfig = tmp_path_factory.mktemp("provision") / "kubeconfig"
-    runner = StackThread(RunOptions(sandbox=True, kubeconfig_out=kubeconfig, nodes=1, template_grace_period=GRACE))
-    stack = runner.start()
+@pytest.fixture(scope="module", params=backends())
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    plane = None
+    if request.param == SANDBOX:
+        kubeconfig = tmp_path_factory.mktemp("provision") / "kubeconfig"
+        options = RunOptions(sandbox=True, kubeconfig_out=kubeconfig, nodes=1, template_grace_period=GRACE)
+    else:
+        plane = start_kube(nodes=1)
+        options = kube_run_options(plane, template_grace_period=GRACE, environment=chart_env())
+    runner = StackThread(options)
     try:
+        stack = runner.start()
         if not stack.controller_started:
             pytest.skip("controller not available")
         for ns in ("victim", "team-a", "team-b", "team-c", "team-d"):
             kubectl(stack, "create", "namespace", ns)
         yield stack
-    finally:
         runner.stop()
+    finally:
+        if plane is not None:
+            plane.stop()
+
+
+@contextlib.contextmanager
+def webhook_unreachable(stack: Stack) -> Iterator[None]:
+    """Route the API server's webhook calls to a port nothing listens on, then back."""
+    if stack.uses_sandbox:
+        sandbox = stack.sandbox
+        sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", 9))
+        try:
+            yield
+        finally:
+            sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", stack.webhook_port))
+        return
+    config = get_json(stack, "mutatingwebhookconfiguration", "gpucluster-mutating-webhook")
+    urls = [w["clientConfig"]["url"] for w in config["webhooks"]]
+
+    def point(to: list[str]) -> None:
+        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/url", "value": url} for i, url in enumerate(to)]
+        kubectl(stack, "patch", "mutatingwebhookconfiguration", "gpucluster-mutating-webhook",
+                "--type=json", "-p", json.dumps(patch))  # fmt: skip
+
+    point([url.replace(f":{stack.webhook_port}/", ":9/") for url in urls])
+    try:
+        yield
+    finally:
+        point(urls)
 
 
 def templates(stack: Stack, namespace: str) -> list[dict[str, Any]]:
@@ -139,12 +175,8 @@ def test_pod_refused_after_the_webhook_leaves_nothing_behind(stack: Stack) -> No
 
 
 def test_pod_admitted_while_the_webhook_was_down_gets_a_warning(stack: Stack) -> None:
-    sandbox = stack.sandbox
-    sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", 9))  # nothing listens: fail-open
-    try:
+    with webhook_unreachable(stack):  # the pods webhook fails open
         kubectl(stack, "create", "-n", "team-d", "-f", "-", stdin=legacy_pod("stranded", 1))
-    finally:
-        sandbox.register_service("gpu-operator", SERVICE, 443, ("127.0.0.1", stack.webhook_port))
     assert "resourceClaims" not in get_json(stack, "pod", "stranded", "-n", "team-d")["spec"]
 
     def warning() -> dict[str, Any] | None:
