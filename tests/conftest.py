@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from sandbox.controlplane.cluster import ControlPlane
     from sandbox.server import SandboxThread
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,3 +31,16 @@ def sb() -> Iterator[SandboxThread]:
         yield runner
     finally:
         runner.stop()
+
+
+@pytest.fixture(scope="module")
+def bare_kube() -> Iterator[ControlPlane]:
+    """The real control plane without nodes, with the CRDs and the operator namespace, shared by a
+    test module (skips, or fails under CI=true, where it is not built)."""
+    from tests.e2e.backends import start_kube
+
+    plane = start_kube(node_agent=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()

@@ -1,19 +1,34 @@
-"""Lease leader election against the sandbox: one leader at a time, hand-over when it stops."""
+"""Lease leader election against the sandbox and the real control plane: one leader at a time, hand-over when it stops."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
 from controller.leader import LeaderElector
-from gpucluster.kube.client import Kube
+from gpucluster.kube.client import Kube, KubeError
 from sandbox.server import Sandbox
+from tests.e2e.backends import SANDBOX, backends
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller"
 
 
-@pytest.fixture
-async def kube() -> AsyncIterator[Kube]:
+@pytest.fixture(params=backends())
+async def kube(request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
+    """The sandbox, or the real control plane (shared by the module; the lease is removed after each test)."""
+    if request.param != SANDBOX:
+        plane = request.getfixturevalue("bare_kube")
+        client = await Kube.connect(str(plane.admin_kubeconfig))
+        try:
+            yield client
+        finally:
+            with contextlib.suppress(KubeError):
+                await client.request("DELETE", LEASE)
+            await client.close()
+        return
     sandbox = Sandbox()
     await sandbox.start()
     client = await Kube.connect(str(sandbox.kubeconfig_path))
