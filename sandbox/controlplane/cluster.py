@@ -236,6 +236,8 @@ class ControlPlane:
                 # From 1.37 the endpoint reconciler refuses a loopback address; pods here reach the
                 # API server at its address directly, not through the kubernetes Service.
                 "--endpoint-reconciler-type=none",
+                # Nodes are reached by their (loopback) InternalIP only, never by a name to resolve.
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}", "--v=1",
                 f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json", "--audit-log-maxsize=0",

@@ -81,13 +81,23 @@ def now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def registration(plan: NodePlan, kubelet_version: str) -> Obj:
+def node_address(index: int) -> str:
+    """A simulated node's InternalIP: a loopback address no pod gets (pods draw 127.1-254.x.y), so
+    whatever kube-apiserver dials for a node (logs, exec) stays on this machine."""
+    return f"127.0.1.{1 + index}"
+
+
+def registration(plan: NodePlan, kubelet_version: str, index: int = 0) -> Obj:
     """The Node a kubelet registers: the simulated node without what the API server assigns."""
     node = plan.node()
     md = node["metadata"]
     for key in ("uid", "creationTimestamp"):
         md.pop(key, None)
     status = node["status"]
+    status["addresses"] = [
+        {"type": "InternalIP", "address": node_address(index)},
+        {"type": "Hostname", "address": plan.name},
+    ]
     status["nodeInfo"]["kubeletVersion"] = f"v{kubelet_version}"
     stamp = now_rfc3339()
     for condition in status.get("conditions") or []:
@@ -122,9 +132,10 @@ class NodeRunner:
     """One simulated node: registration, lease, pods, ResourceSlices."""
 
     def __init__(
-        self, plan: NodePlan, kube: Kube, plugin: Kube, runtime: process.ProcessRuntime | None, version: str
+        self, plan: NodePlan, kube: Kube, plugin: Kube, runtime: process.ProcessRuntime | None, version: str, index: int
     ) -> None:
         self.plan = plan
+        self.index = index
         self.name = plan.name
         self.kube = kube
         self.plugin = plugin
@@ -140,7 +151,7 @@ class NodeRunner:
     # -------------------------------------------------------------- node
 
     async def register(self) -> None:
-        body = registration(self.plan, self.version)
+        body = registration(self.plan, self.version, self.index)
         try:
             self.node = await self.kube.request("POST", "/api/v1/nodes", body=body)
         except KubeError as exc:
@@ -447,9 +458,9 @@ async def serve(args: argparse.Namespace) -> None:
         await admin.close()
     plugin = await Kube.connect(str(directory / f"{pki.DRA_PLUGIN.file}.kubeconfig"))
     runners = []
-    for plan in plans(args.nodes, args.gpus_per_node, args.mix):
+    for index, plan in enumerate(plans(args.nodes, args.gpus_per_node, args.mix)):
         kube = await Kube.connect(str(directory / f"{pki.node_identity(plan.name).file}.kubeconfig"))
-        runner = NodeRunner(plan, kube, plugin, None, args.version)
+        runner = NodeRunner(plan, kube, plugin, None, args.version, index)
         if args.process_pods:
             runtime = process.ProcessRuntime(
                 runner.lookup, runner.issue_token, process.RuntimeOptions(root=Path(args.pods_dir) / plan.name)

@@ -37,6 +37,13 @@ def _ready(pod: Obj) -> bool:
     )
 
 
+def _loopback(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
 def backends(service: Obj, port: Obj, pods: Iterable[Obj]) -> list[tuple[str, int]]:
     """Where a connection to ``service``'s ``port`` may go: (pod IP, target port) of each ready pod."""
     namespace = meta(service).get("namespace")
@@ -47,8 +54,10 @@ def backends(service: Obj, port: Obj, pods: Iterable[Obj]) -> list[tuple[str, in
         if not selects(service, pod) or not _ready(pod):
             continue
         target = resolve_target_port(port, pod)
-        if target:
-            out.append((str(pod["status"]["podIP"]), target))
+        ip = str(pod["status"]["podIP"])
+        # Only process pods listen, on loopback; a simulated pod's address is nobody's, never dialled.
+        if target and _loopback(ip):
+            out.append((ip, target))
     return sorted(out)
 
 
