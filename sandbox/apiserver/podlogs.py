@@ -85,8 +85,16 @@ async def serve(
     rt = core.registry.get("", "v1", "pods")
     assert rt is not None
     pod = core.get(rt, namespace, name)
+    container = pick_container(pod, request.query.get("container", ""))
+    return await respond(request, pod, container, lookup)
+
+
+async def respond(request: web.Request, pod: Obj, container: str, lookup: LogLookup | None) -> web.StreamResponse:
+    """What the kubelet answers for one container's log (the sandbox's API server, and the real
+    control plane's kubelet stand-in behind kube-apiserver's log proxy)."""
+    md = pod.get("metadata") or {}
+    namespace, name = str(md.get("namespace")), str(md.get("name"))
     q = request.query
-    container = pick_container(pod, q.get("container", ""))
     previous = q.get("previous", "").lower() in ("true", "1")
     follow = q.get("follow", "").lower() in ("true", "1")
     lines, limit = _int_param(request, "tailLines"), _int_param(request, "limitBytes")

@@ -236,8 +236,11 @@ class ControlPlane:
                 # From 1.37 the endpoint reconciler refuses a loopback address; pods here reach the
                 # API server at its address directly, not through the kubernetes Service.
                 "--endpoint-reconciler-type=none",
-                # Nodes are reached by their (loopback) InternalIP only, never by a name to resolve.
-                "--kubelet-preferred-address-types=InternalIP",
+                # Nodes are reached by their (loopback) InternalIP only, never by a name to resolve,
+                # and their kubelet API is verified against the cluster CA.
+                "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={p('ca.crt')}",
+                f"--kubelet-client-certificate={p('apiserver-kubelet-client.crt')}",
+                f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}", "--v=1",
                 f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json", "--audit-log-maxsize=0",
@@ -279,8 +282,9 @@ class ControlPlane:
         assert self.pki is not None
         plans = nodes.plans(self.options.nodes, self.options.gpus_per_node, self.options.mix)
         self.node_names = [plan.name for plan in plans]
-        for name in self.node_names:
+        for index, name in enumerate(self.node_names):
             self.pki.write_kubeconfig(pki.node_identity(name), self.server)
+            self.pki.write_kubelet_serving(name, nodes.node_address(index))
         argv = [
             sys.executable, "-m", "sandbox.controlplane.nodes", f"--pki-dir={self.pki.directory}",
             f"--nodes={self.options.nodes}", f"--gpus-per-node={self.options.gpus_per_node}",

@@ -12,6 +12,8 @@ as they judge a kubelet). Per node it:
   (``sandbox.sim.process.ProcessRuntime``: volumes, projected service-account tokens from the
   TokenRequest API, probes, restarts, logs), others are reported Running and Ready at once. A pod
   with a deletionTimestamp is stopped within its grace period and deleted with grace 0;
+* serves the kubelet API's container logs for kube-apiserver (:mod:`.kubeletapi`), so
+  ``kubectl logs`` reads a process pod's log;
 * (once for all nodes) proxies each Service's ClusterIP to its ready pods (:mod:`.proxy`);
 * publishes the node's NVIDIA ResourceSlices while a pod of the DRA kubelet-plugin DaemonSet runs
   there, under the simulated DRA driver's identity, which has only a DRA kubelet plugin's rights.
@@ -37,7 +39,7 @@ from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import Reflector, Resource
 from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQueue, run_workers
-from sandbox.controlplane import pki
+from sandbox.controlplane import kubeletapi, pki
 from sandbox.controlplane.proxy import ServiceProxy
 from sandbox.sim import process
 from sandbox.sim.kubelet import (
@@ -87,7 +89,7 @@ def node_address(index: int) -> str:
     return f"127.0.1.{1 + index}"
 
 
-def registration(plan: NodePlan, kubelet_version: str, index: int = 0) -> Obj:
+def registration(plan: NodePlan, kubelet_version: str, index: int = 0, kubelet_port: int = 10250) -> Obj:
     """The Node a kubelet registers: the simulated node without what the API server assigns."""
     node = plan.node()
     md = node["metadata"]
@@ -98,6 +100,7 @@ def registration(plan: NodePlan, kubelet_version: str, index: int = 0) -> Obj:
         {"type": "InternalIP", "address": node_address(index)},
         {"type": "Hostname", "address": plan.name},
     ]
+    status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet_port}}
     status["nodeInfo"]["kubeletVersion"] = f"v{kubelet_version}"
     stamp = now_rfc3339()
     for condition in status.get("conditions") or []:
@@ -136,6 +139,8 @@ class NodeRunner:
     ) -> None:
         self.plan = plan
         self.index = index
+        self.kubelet_port = 0  # the kubelet API's, once it listens
+        self._kubelet_api: Any = None  # its aiohttp AppRunner
         self.name = plan.name
         self.kube = kube
         self.plugin = plugin
@@ -151,7 +156,7 @@ class NodeRunner:
     # -------------------------------------------------------------- node
 
     async def register(self) -> None:
-        body = registration(self.plan, self.version, self.index)
+        body = registration(self.plan, self.version, self.index, self.kubelet_port)
         try:
             self.node = await self.kube.request("POST", "/api/v1/nodes", body=body)
         except KubeError as exc:
@@ -399,6 +404,22 @@ class NodeRunner:
 
     # -------------------------------------------------------------- run
 
+    async def serve_kubelet_api(self, pki_dir: Path) -> None:
+        def pod(namespace: str, name: str) -> Obj | None:
+            return self.state.get("Pod", name, namespace)
+
+        runtime = self.runtime
+
+        def logs(namespace: str, name: str, container: str, previous: bool) -> Any:
+            return runtime.log_file(namespace, name, container, previous=previous) if runtime is not None else None
+
+        ctx = kubeletapi.server_context(
+            pki_dir / f"kubelet-{self.name}.crt", pki_dir / f"kubelet-{self.name}.key", pki_dir / "ca.crt"
+        )
+        self._kubelet_api, self.kubelet_port = await kubeletapi.serve(
+            kubeletapi.app(pod, logs), node_address(self.index), ctx
+        )
+
     async def run(self) -> None:
         await self.register()
         pods = Resource("Pod", "/api/v1/pods", field_selector=f"spec.nodeName={self.name}")
@@ -479,6 +500,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    for r in runners:
+        await r.serve_kubelet_api(directory)
     tasks = [asyncio.create_task(r.run(), name=f"node-{r.name}") for r in runners]
     tasks.append(asyncio.create_task(service_reflector.run(), name="service-proxy"))
     waiter = asyncio.create_task(stop.wait())
@@ -490,6 +513,8 @@ async def serve(args: argparse.Namespace) -> None:
             log.error("node agent failed: %r", failed.exception())
     await proxy.close()
     for r in runners:
+        if r._kubelet_api is not None:
+            await r._kubelet_api.cleanup()
         if r.runtime is not None:
             await r.runtime.stop()
         await r.kube.close()

@@ -60,6 +60,15 @@ class ControlPlanePKI:
     def kubeconfig(self, identity: Identity) -> Path:
         return self.directory / f"{identity.file}.kubeconfig"
 
+    def write_kubelet_serving(self, node: str, address: str) -> tuple[Path, Path]:
+        """The serving pair of a simulated node's kubelet API, for its InternalIP."""
+        pair = new_serving_cert(self.ca, [node], ip_addresses=[address])
+        cert, key = self.directory / f"kubelet-{node}.crt", self.directory / f"kubelet-{node}.key"
+        cert.write_bytes(pair.cert_pem)
+        key.write_bytes(pair.key_pem)
+        key.chmod(0o600)
+        return cert, key
+
     def write_kubeconfig(self, identity: Identity, server: str) -> Path:
         pair = new_client_cert(self.ca, identity.user, list(identity.groups))
         name = "gpucluster-kube"
@@ -108,7 +117,10 @@ def create(directory: Path) -> ControlPlanePKI:
         ip_addresses=["127.0.0.1", KUBERNETES_SERVICE_IP],
     )
     signing = ec.generate_private_key(ec.SECP256R1())
+    kubelet_client = new_client_cert(ca, "kube-apiserver-kubelet-client")
     files = {
+        "apiserver-kubelet-client.crt": kubelet_client.cert_pem,
+        "apiserver-kubelet-client.key": kubelet_client.key_pem,
         "ca.crt": ca.cert_pem,
         "ca.key": ca.key_pem,
         "apiserver.crt": serving.cert_pem,

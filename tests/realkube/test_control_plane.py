@@ -85,3 +85,30 @@ def test_stop_ends_every_process_and_removes_its_directory() -> None:
         except ProcessLookupError:
             continue
         raise AssertionError(f"process {pid} still runs")
+
+
+def test_a_process_pod_runs_with_a_bound_token_and_kubectl_logs_reads_it(kube: ControlPlane) -> None:
+    # The project's image runs as a local process; `gpucluster --version` needs no cluster.
+    manifest = """
+apiVersion: v1
+kind: Pod
+metadata: {name: version}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, image: ghcr.io/nvidia/gpucluster:0.1.0, args: [--version]}
+"""
+    created = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kube.admin_kubeconfig), "create", "-f", "-"],
+        input=manifest, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    done = kubectl(kube, "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/version", "--timeout=60s")
+    assert done.returncode == 0, done.stderr + kubectl(kube, "get", "pod", "version", "-o", "yaml").stdout
+    # kube-apiserver proxies the log from the node's kubelet API, as it does on a cluster.
+    logs = kubectl(kube, "logs", "version")
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.startswith("gpucluster "), logs.stdout
+    wrong = kubectl(kube, "logs", "version", "-c", "nope")
+    assert wrong.returncode != 0 and "container nope is not valid for pod version" in wrong.stderr
+    kubectl(kube, "delete", "pod", "version", "--timeout=60s")
