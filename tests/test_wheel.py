@@ -142,3 +142,20 @@ def test_every_imported_library_is_declared() -> None:
         if not dists & allowed:
             missing[name] = sorted(dists)
     assert not missing, f"imported but not declared in [project] dependencies: {missing}"
+
+
+def test_the_control_plane_modules_ship_in_the_package(installed: Path, tmp_path: Path) -> None:
+    # `gpucluster cluster build` from an installed wheel builds from the modules inside the package.
+    code = (
+        "from sandbox.controlplane import build; "
+        "print(build.MODULES, *sorted(p.relative_to(build.MODULES).as_posix() for p in build.MODULES.rglob('*') if p.is_file()))"
+    )
+    out = subprocess.run([str(installed / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    modules, *files = out.stdout.split()
+    assert not Path(modules).is_relative_to(REPO)
+    for minor in ("1.34", "1.37"):
+        assert {f"kube-{minor}/go.mod", f"kube-{minor}/go.sum"} <= set(files), files
+    assert {"etcd/go.mod", "etcd/go.sum", "etcd/main.go"} <= set(files), files
+    out = run(installed, tmp_path, "cluster", "up", "--version", "1.20")
+    assert out.returncode == 2 and "is not pinned here" in out.stderr
