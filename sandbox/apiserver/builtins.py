@@ -49,12 +49,20 @@ _PATH_SEGMENT_NAMES = {
 }
 
 
+def path_segment_errors(name: str) -> list[str]:
+    """path.IsValidPathSegmentName: RBAC names (and role references) are path segments only."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
 def name_causes(group: str, plural: str, name: str) -> list[Cause]:
     key = (group, plural)
     if key in _PATH_SEGMENT_NAMES:
-        if name in (".", "..") or "/" in name or "%" in name:
-            return [("FieldValueInvalid", "metadata.name", f"Invalid value: \"{name}\": may not contain '/' or '%'")]
-        return []
+        return [
+            ("FieldValueInvalid", "metadata.name", f"Invalid value: {go_json(name)}: {m}")
+            for m in path_segment_errors(name)
+        ]
     if key in _DNS1035_NAMES:
         if len(name) > 63 or not DNS1035_LABEL.match(name):
             return [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_DNS1035_MSG}')]
@@ -66,6 +74,134 @@ def name_causes(group: str, plural: str, name: str) -> list[Cause]:
     if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
         return [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_SUBDOMAIN_MSG}')]
     return []
+
+
+# ---------------------------------------------------------------- apimachinery's value checks
+
+
+def go_json(value: Any) -> str:
+    """How a field error prints its bad value: Go's json.Marshal (compact, HTML characters escaped)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _regex_error(message: str, regex: str, *examples: str) -> str:
+    """validation.RegexError."""
+    shown = "".join(f"{' or ' if i else ''}'{e}', " for i, e in enumerate(examples))
+    return f"{message} ({'e.g. ' + shown if examples else ''}regex used for validation is '{regex}')"
+
+
+_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QNAME = re.compile(f"^{_QNAME_FMT}$")
+_QNAME_MSG = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+)
+_LABEL_VALUE = re.compile(f"^({_QNAME_FMT})?$")
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character"
+)
+
+
+def subdomain_errors(value: str) -> list[str]:
+    """validation.IsDNS1123Subdomain."""
+    out = ["must be no more than 253 characters"] if len(value) > 253 else []
+    if not DNS1123_SUBDOMAIN.match(value):
+        out.append(_SUBDOMAIN_MSG)
+    return out
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """validation.IsQualifiedName: ``[prefix/]name``, the form of label keys."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [
+            "a qualified name "
+            + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    out: list[str] = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        out += (
+            ["prefix part must be non-empty"] if not prefix else [f"prefix part {m}" for m in subdomain_errors(prefix)]
+        )
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name) > 63:
+        out.append("name part must be no more than 63 characters")
+    if not _QNAME.match(name):
+        out.append("name part " + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
+    return out
+
+
+def label_value_errors(value: str) -> list[str]:
+    """validation.IsValidLabelValue."""
+    out = ["must be no more than 63 characters"] if len(value) > 63 else []
+    if not _LABEL_VALUE.match(value):
+        out.append(_regex_error(_LABEL_VALUE_MSG, f"({_QNAME_FMT})?", "MyValue", "my_value", "12345"))
+    return out
+
+
+def label_selector_causes(selector: Any, path: str) -> list[Cause]:
+    """ValidateLabelSelector (label values checked too): matchLabels keys and values, each
+    requirement's operator, values and key."""
+    if not isinstance(selector, dict):
+        return []
+    causes: list[Cause] = []
+    match_labels = selector.get("matchLabels")
+    for key, value in sorted(match_labels.items()) if isinstance(match_labels, dict) else []:
+        causes += [
+            ("FieldValueInvalid", f"{path}.matchLabels", f"Invalid value: {go_json(key)}: {m}")
+            for m in qualified_name_errors(str(key))
+        ]
+        causes += [
+            ("FieldValueInvalid", f"{path}.matchLabels", f"Invalid value: {go_json(value)}: {m}")
+            for m in label_value_errors(str(value))
+        ]
+    expressions = selector.get("matchExpressions")
+    for i, expr in enumerate(expressions if isinstance(expressions, list) else []):
+        where = f"{path}.matchExpressions[{i}]"
+        expr = expr if isinstance(expr, dict) else {}
+        operator, values = str(expr.get("operator") or ""), expr.get("values") or []
+        if operator in ("In", "NotIn"):
+            if not values:
+                causes.append(
+                    (
+                        "FieldValueRequired",
+                        f"{where}.values",
+                        "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+                    )
+                )
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                causes.append(
+                    (
+                        "FieldValueForbidden",
+                        f"{where}.values",
+                        "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    f"{where}.operator",
+                    f"Invalid value: {go_json(operator)}: not a valid selector operator",
+                )
+            )
+        key = str(expr.get("key") or "")
+        causes += [
+            ("FieldValueInvalid", f"{where}.key", f"Invalid value: {go_json(key)}: {m}")
+            for m in qualified_name_errors(key)
+        ]
+        for j, value in enumerate(values if isinstance(values, list) else []):
+            causes += [
+                ("FieldValueInvalid", f"{where}.values[{j}]", f"Invalid value: {go_json(value)}: {m}")
+                for m in label_value_errors(str(value))
+            ]
+    return causes
 
 
 # ---------------------------------------------------------------- defaults
@@ -142,6 +278,28 @@ class ServiceIPs:
                 return ip
 
 
+def _strategy_defaults(spec: Obj, key: str, max_unavailable: int | str, max_surge: int | str) -> None:
+    """SetDefaults_Deployment/_DaemonSet for the update strategy: type RollingUpdate, and a rolling
+    update's missing maxUnavailable and maxSurge. A rollingUpdate of another type keeps its missing
+    values as 0 (the round trip through the internal type, whose IntOrStrings are no pointers)."""
+    strategy = spec.get(key)
+    if strategy is None:
+        strategy = spec[key] = {}
+    if not isinstance(strategy, dict):
+        return
+    if not strategy.get("type"):
+        strategy["type"] = "RollingUpdate"
+    rolling = strategy.get("rollingUpdate")
+    if rolling is None and strategy["type"] == "RollingUpdate":
+        rolling = strategy["rollingUpdate"] = {}
+    if not isinstance(rolling, dict):
+        return
+    defaults = (max_unavailable, max_surge) if strategy["type"] == "RollingUpdate" else (0, 0)
+    for field_name, default in zip(("maxUnavailable", "maxSurge"), defaults, strict=True):
+        if rolling.get(field_name) is None:
+            rolling[field_name] = default
+
+
 def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = None) -> None:
     """Defaults of a new or updated object of a built-in kind (in place)."""
     spec = obj.get("spec")
@@ -174,15 +332,13 @@ def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = N
         s.setdefault("replicas", 1)
         s.setdefault("revisionHistoryLimit", 10)
         s.setdefault("progressDeadlineSeconds", 600)
-        s.setdefault(
-            "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
-        )
+        _strategy_defaults(s, "strategy", "25%", "25%")
         _template_defaults(obj)
     elif (group, plural) == ("apps", "daemonsets"):
         obj.setdefault("spec", {})
         s = obj["spec"]
         s.setdefault("revisionHistoryLimit", 10)
-        s.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        _strategy_defaults(s, "updateStrategy", 1, 0)
         _template_defaults(obj)
     elif (group, plural) == ("", "services"):
         obj.setdefault("spec", {})
@@ -201,6 +357,8 @@ def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = N
             p.setdefault("protocol", "TCP")
             if "targetPort" not in p and "port" in p:
                 p["targetPort"] = p["port"]
+    elif group == RBAC_GROUP:
+        rbac_defaults(plural, obj)
     elif (group, plural) == ("batch", "jobs"):
         job_defaults(obj)
     elif (group, plural) == ("batch", "cronjobs"):
@@ -674,6 +832,338 @@ def _pdb_causes(obj: Obj) -> list[Cause]:
     return causes
 
 
+# ---------------------------------------------------------------- rolling updates (pkg/apis/apps/validation)
+
+
+def _int_or_string(value: Any) -> Any:
+    """An IntOrString as Go holds it after decoding: an absent value is the integer 0."""
+    return 0 if value is None else value
+
+
+def _int_value(value: Any) -> int:
+    """getIntOrPercentValue: a percentage's number, else IntValue() (a string is Atoi'd, 0 if it fails)."""
+    if isinstance(value, str):
+        text = value[:-1] if _PERCENT.match(value) else value
+        return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _positive_int_or_percent(value: Any, path: str) -> list[Cause]:
+    """ValidatePositiveIntOrPercent."""
+    if isinstance(value, str):
+        if _PERCENT.match(value):
+            return []
+        return [
+            (
+                "FieldValueInvalid",
+                path,
+                f"Invalid value: {go_json(value)}: a valid percent string must be a numeric string followed by an "
+                "ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+            )
+        ]
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return [("FieldValueInvalid", path, f"Invalid value: {value}: must be greater than or equal to 0")]
+    return []
+
+
+def _not_over_100_percent(value: Any, path: str) -> list[Cause]:
+    """IsNotMoreThan100Percent."""
+    if isinstance(value, str) and _PERCENT.match(value) and int(value[:-1]) > 100:
+        return [("FieldValueInvalid", path, f"Invalid value: {go_json(value)}: must not be greater than 100%")]
+    return []
+
+
+def _rolling_update_json(rolling: Any) -> Any:
+    if not isinstance(rolling, dict):
+        return None
+    return {
+        "MaxUnavailable": _int_or_string(rolling.get("maxUnavailable")),
+        "MaxSurge": _int_or_string(rolling.get("maxSurge")),
+    }
+
+
+def _daemonset_strategy_causes(strategy: Any) -> list[Cause]:
+    """ValidateDaemonSetUpdateStrategy and ValidateRollingUpdateDaemonSet: percentages as strings only,
+    at most 100%, and exactly one of maxSurge and maxUnavailable non-zero."""
+    path = "spec.updateStrategy"
+    strategy = strategy if isinstance(strategy, dict) else {}
+    kind, rolling = strategy.get("type"), strategy.get("rollingUpdate")
+    if kind == "OnDelete":
+        return []
+    if kind != "RollingUpdate":
+        shown = {"Type": kind or "", "RollingUpdate": _rolling_update_json(rolling)}
+        return [
+            (
+                "FieldValueNotSupported",
+                path,
+                f'Unsupported value: {go_json(shown)}: supported values: "RollingUpdate", "OnDelete"',
+            )
+        ]
+    if not isinstance(rolling, dict):
+        return [("FieldValueRequired", f"{path}.rollingUpdate", "Required value")]
+    path += ".rollingUpdate"
+    unavailable, surge = _int_or_string(rolling.get("maxUnavailable")), _int_or_string(rolling.get("maxSurge"))
+    causes = _positive_int_or_percent(unavailable, f"{path}.maxUnavailable")
+    causes += _positive_int_or_percent(surge, f"{path}.maxSurge")
+    causes += _not_over_100_percent(unavailable, f"{path}.maxUnavailable")
+    causes += _not_over_100_percent(surge, f"{path}.maxSurge")
+    has_unavailable, has_surge = _int_value(unavailable) != 0, _int_value(surge) != 0
+    if has_unavailable and has_surge:
+        causes.append(
+            (
+                "FieldValueInvalid",
+                f"{path}.maxSurge",
+                f"Invalid value: {go_json(surge)}: may not be set when maxUnavailable is non-zero",
+            )
+        )
+    elif not has_unavailable and not has_surge:
+        causes.append(
+            ("FieldValueRequired", f"{path}.maxUnavailable", "Required value: cannot be 0 when maxSurge is 0")
+        )
+    return causes
+
+
+def _deployment_strategy_causes(strategy: Any) -> list[Cause]:
+    """ValidateDeploymentStrategy and ValidateRollingUpdateDeployment: maxSurge and maxUnavailable
+    not both 0, maxUnavailable at most 100%; no rollingUpdate with Recreate."""
+    path = "spec.strategy"
+    strategy = strategy if isinstance(strategy, dict) else {}
+    kind, rolling = strategy.get("type"), strategy.get("rollingUpdate")
+    if kind == "Recreate":
+        if rolling is not None:
+            return [
+                (
+                    "FieldValueForbidden",
+                    f"{path}.rollingUpdate",
+                    "Forbidden: may not be specified when strategy `type` is 'Recreate'",
+                )
+            ]
+        return []
+    if kind != "RollingUpdate":
+        shown = {"Type": kind or "", "RollingUpdate": _rolling_update_json(rolling)}
+        return [
+            (
+                "FieldValueNotSupported",
+                path,
+                f'Unsupported value: {go_json(shown)}: supported values: "Recreate", "RollingUpdate"',
+            )
+        ]
+    if not isinstance(rolling, dict):
+        return [
+            ("FieldValueRequired", f"{path}.rollingUpdate", "Required value: this should be defaulted and never be nil")
+        ]
+    path += ".rollingUpdate"
+    unavailable, surge = _int_or_string(rolling.get("maxUnavailable")), _int_or_string(rolling.get("maxSurge"))
+    causes = _positive_int_or_percent(unavailable, f"{path}.maxUnavailable")
+    causes += _positive_int_or_percent(surge, f"{path}.maxSurge")
+    if _int_value(unavailable) == 0 and _int_value(surge) == 0:
+        causes.append(
+            (
+                "FieldValueInvalid",
+                f"{path}.maxUnavailable",
+                f"Invalid value: {go_json(unavailable)}: may not be 0 when `maxSurge` is 0",
+            )
+        )
+    causes += _not_over_100_percent(unavailable, f"{path}.maxUnavailable")
+    return causes
+
+
+# ---------------------------------------------------------------- RBAC (pkg/apis/rbac/validation)
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def rbac_defaults(plural: str, obj: Obj) -> None:
+    """rbac/v1 defaults: a binding's roleRef.apiGroup, and the apiGroup of User and Group subjects."""
+    if plural not in ("rolebindings", "clusterrolebindings"):
+        return
+    ref = obj.get("roleRef")
+    if isinstance(ref, dict) and not ref.get("apiGroup"):
+        ref["apiGroup"] = RBAC_GROUP
+    subjects = obj.get("subjects")
+    for subject in subjects if isinstance(subjects, list) else []:
+        if isinstance(subject, dict) and not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+            subject["apiGroup"] = RBAC_GROUP
+
+
+def _strings_of(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def policy_rule_causes(rule: Any, namespaced: bool, path: str) -> list[Cause]:
+    """ValidatePolicyRule: verbs required; non-resource URLs only in ClusterRoles and never with
+    apiGroups/resources/resourceNames; resource rules need apiGroups and resources."""
+    rule = rule if isinstance(rule, dict) else {}
+    causes: list[Cause] = []
+    if not _strings_of(rule.get("verbs")):
+        causes.append(("FieldValueRequired", f"{path}.verbs", "Required value: verbs must contain at least one value"))
+    urls = _strings_of(rule.get("nonResourceURLs"))
+    groups, resources = _strings_of(rule.get("apiGroups")), _strings_of(rule.get("resources"))
+    if urls:
+        shown = f"Invalid value: {go_json(urls)}"
+        if namespaced:
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    f"{path}.nonResourceURLs",
+                    f"{shown}: namespaced rules cannot apply to non-resource URLs",
+                )
+            )
+        if groups or resources or _strings_of(rule.get("resourceNames")):
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    f"{path}.nonResourceURLs",
+                    f"{shown}: rules cannot apply to both regular resources and non-resource URLs",
+                )
+            )
+        return causes
+    if not groups:
+        causes.append(
+            (
+                "FieldValueRequired",
+                f"{path}.apiGroups",
+                "Required value: resource rules must supply at least one api group",
+            )
+        )
+    if not resources:
+        causes.append(
+            (
+                "FieldValueRequired",
+                f"{path}.resources",
+                "Required value: resource rules must supply at least one resource",
+            )
+        )
+    return causes
+
+
+def subject_causes(subject: Any, namespaced: bool, path: str) -> list[Cause]:
+    """ValidateRoleBindingSubject: a name; ServiceAccounts by a DNS subdomain name, without apiGroup,
+    with a namespace in ClusterRoleBindings; Users and Groups in the RBAC API group."""
+    subject = subject if isinstance(subject, dict) else {}
+    name, kind = str(subject.get("name") or ""), str(subject.get("kind") or "")
+    api_group = str(subject.get("apiGroup") or "")
+    causes: list[Cause] = []
+    if not name:
+        causes.append(("FieldValueRequired", f"{path}.name", "Required value"))
+    if kind == "ServiceAccount":
+        causes += [
+            ("FieldValueInvalid", f"{path}.name", f"Invalid value: {go_json(name)}: {m}")
+            for m in (subdomain_errors(name) if name else [])
+        ]
+        if api_group:
+            causes.append(
+                (
+                    "FieldValueNotSupported",
+                    f"{path}.apiGroup",
+                    f'Unsupported value: {go_json(api_group)}: supported values: ""',
+                )
+            )
+        if not namespaced and not subject.get("namespace"):
+            causes.append(("FieldValueRequired", f"{path}.namespace", "Required value"))
+    elif kind in ("User", "Group"):
+        if api_group != RBAC_GROUP:
+            causes.append(
+                (
+                    "FieldValueNotSupported",
+                    f"{path}.apiGroup",
+                    f'Unsupported value: {go_json(api_group)}: supported values: "{RBAC_GROUP}"',
+                )
+            )
+    else:
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f"{path}.kind",
+                f'Unsupported value: {go_json(kind)}: supported values: "ServiceAccount", "User", "Group"',
+            )
+        )
+    return causes
+
+
+def _role_ref(obj: Obj) -> Obj:
+    """The internal RoleRef as a field error prints it."""
+    ref = obj.get("roleRef")
+    ref = ref if isinstance(ref, dict) else {}
+    return {
+        "APIGroup": str(ref.get("apiGroup") or ""),
+        "Kind": str(ref.get("kind") or ""),
+        "Name": str(ref.get("name") or ""),
+    }
+
+
+def _rbac_object_causes(plural: str, obj: Obj) -> list[Cause]:
+    """ValidateRole, ValidateClusterRole, ValidateRoleBinding, ValidateClusterRoleBinding (beyond metadata)."""
+    causes: list[Cause] = []
+    if plural in ("roles", "clusterroles"):
+        rules = obj.get("rules")
+        for i, rule in enumerate(rules if isinstance(rules, list) else []):
+            causes += policy_rule_causes(rule, plural == "roles", f"rules[{i}]")
+        aggregation = obj.get("aggregationRule")
+        if plural == "clusterroles" and isinstance(aggregation, dict):
+            selectors = aggregation.get("clusterRoleSelectors")
+            selectors = selectors if isinstance(selectors, list) else []
+            if not selectors:
+                causes.append(
+                    (
+                        "FieldValueRequired",
+                        "aggregationRule.clusterRoleSelectors",
+                        "Required value: at least one clusterRoleSelector required if aggregationRule is non-nil",
+                    )
+                )
+            for i, selector in enumerate(selectors):
+                where = f"aggregationRule.clusterRoleSelectors[{i}]"
+                found = label_selector_causes(selector, where)
+                causes += found
+                if found:  # LabelSelectorAsSelector fails on the same selectors
+                    causes.append(("FieldValueInvalid", where, "Invalid value: null: invalid label selector."))
+        return causes
+    ref = _role_ref(obj)
+    if ref["APIGroup"] != RBAC_GROUP:
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "roleRef.apiGroup",
+                f'Unsupported value: {go_json(ref["APIGroup"])}: supported values: "{RBAC_GROUP}"',
+            )
+        )
+    kinds = ("Role", "ClusterRole") if plural == "rolebindings" else ("ClusterRole",)
+    if ref["Kind"] not in kinds:
+        supported = ", ".join(f'"{k}"' for k in kinds)
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "roleRef.kind",
+                f"Unsupported value: {go_json(ref['Kind'])}: supported values: {supported}",
+            )
+        )
+    if not ref["Name"]:
+        causes.append(("FieldValueRequired", "roleRef.name", "Required value"))
+    causes += [
+        ("FieldValueInvalid", "roleRef.name", f"Invalid value: {go_json(ref['Name'])}: {m}")
+        for m in path_segment_errors(ref["Name"])
+    ]
+    subjects = obj.get("subjects")
+    for i, subject in enumerate(subjects if isinstance(subjects, list) else []):
+        causes += subject_causes(subject, plural == "rolebindings", f"subjects[{i}]")
+    return causes
+
+
+def rbac_causes(plural: str, obj: Obj, old: Obj | None) -> list[Cause]:
+    """What the RBAC strategies' Validate/ValidateUpdate answer. An update validates the new object
+    twice (ValidateUpdate calls ValidateXUpdate, which validates it again: kube-apiserver lists such
+    causes twice, its message once) and refuses a changed roleRef."""
+    causes = _rbac_object_causes(plural, obj)
+    if old is None:
+        return causes
+    causes = causes + causes
+    if plural in ("rolebindings", "clusterrolebindings") and _role_ref(old) != _role_ref(obj):
+        causes.append(
+            ("FieldValueInvalid", "roleRef", f"Invalid value: {go_json(_role_ref(obj))}: cannot change roleRef")
+        )
+    return causes
+
+
 def causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj: Obj | None) -> list[Cause]:
     """Validation errors of a built-in object (create when ``old`` is None, else update).
 
@@ -698,8 +1188,15 @@ def _causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_ob
         return _pdb_causes(obj)
     if key == ("", "pods"):
         return _pod_spec_causes(obj.get("spec"), "spec")
+    if key[0] == RBAC_GROUP and key[1] in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+        return rbac_causes(plural, obj, old)
     if key in (("apps", "deployments"), ("apps", "daemonsets")):
         causes = _workload_causes(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and plural == "deployments":
+            causes += _deployment_strategy_causes(spec.get("strategy"))
+        elif isinstance(spec, dict):
+            causes += _daemonset_strategy_causes(spec.get("updateStrategy"))
         if old is not None and (old.get("spec") or {}).get("selector") != (obj.get("spec") or {}).get("selector"):
             causes.append(
                 (

@@ -97,7 +97,8 @@ def stale(group: str, resource: str, name: str) -> ApiError:
 def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """422 Invalid; ``causes`` are (type, field, message), type as FieldValueInvalid etc."""
     rendered = [{"reason": reason, "message": message, "field": field} for reason, field, message in causes]
-    parts = [f"{field}: {message}" if field else message for _, field, message in causes]
+    # the message lists each distinct error once (field.ErrorList.ToAggregate), the causes all of them
+    parts = list(dict.fromkeys(f"{field}: {message}" if field else message for _, field, message in causes))
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     return ApiError(
         422,
