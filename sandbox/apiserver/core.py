@@ -73,6 +73,9 @@ class Context:
     user_agent: str = ""
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    options: Obj = field(default_factory=dict)
+    """The CreateOptions/UpdateOptions fields the request set (dryRun, fieldManager, fieldValidation),
+    as admission (and so webhooks' ``request.options``) sees them."""
 
     def manager(self) -> str:
         if self.field_manager:
@@ -398,7 +401,7 @@ class ApiCore:
             obj,
             None,
             ctx.dry_run,
-            {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", **ctx.options},
             ctx.user,
             ctx.warnings,
         )
@@ -605,7 +608,7 @@ class ApiCore:
             new,
             old,
             ctx.dry_run,
-            {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+            {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", **ctx.options},
             ctx.user,
             ctx.warnings,
         )

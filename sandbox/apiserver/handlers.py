@@ -32,6 +32,7 @@ log = logging.getLogger("sandbox.apiserver")
 TABLE_MEDIA = "application/json;as=Table;v=v1;g=meta.k8s.io"
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz"}
 USER = web.RequestKey("sandbox.user", auth.UserInfo)  # who sent the request
+WRITE_OPTIONS = ("dryRun", "fieldManager", "fieldValidation")  # query parameters admission sees as options
 
 
 @dataclass
@@ -230,6 +231,11 @@ class ApiHandlers:
         user = authn.authenticate(token)
         if user is None:
             raise errors.unauthorized()
+        if authz is not None:  # Impersonate-* headers (403 without the impersonate verb)
+            try:
+                user = rbac.impersonate(authz, user, request.headers.items())
+            except rbac.ImpersonationError as exc:
+                return web.Response(status=500, text=exc.text(request.raw_path), content_type="text/plain")
         request[USER] = user
         if user.privileged and not rbac.may_be_review(request.path):
             return None  # the admin path: nothing more to decide
@@ -334,6 +340,7 @@ class ApiHandlers:
             user_agent=request.headers.get("User-Agent", ""),
             user=request[USER].to_obj() if USER in request else auth.ADMIN.to_obj(),
             field_validation=validation,
+            options={k: q.getall(k) if k == "dryRun" else q[k] for k in WRITE_OPTIONS if q.get(k)},
         )
 
     def _verb(self, request: web.Request, target: Target) -> str:

@@ -24,12 +24,14 @@ import collections
 import contextlib
 import copy
 import logging
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver import errors, protobuf
-from sandbox.apiserver.auth import SA_PREFIX, Authenticator, UserInfo
+from sandbox.apiserver.auth import AUTHENTICATED, SA_PREFIX, Authenticator, UserInfo
+from sandbox.apiserver.builtins import DNS1123_LABEL, subdomain_errors
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.rbac_bootstrap import bootstrap_objects, seed
 from sandbox.apiserver.resources import Registry, ResourceType
@@ -40,7 +42,17 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.rbac")
-__all__ = ["Aggregator", "Authorizer", "EscalationGuard", "bootstrap_objects", "request_info", "review", "seed"]
+__all__ = [
+    "Aggregator",
+    "Authorizer",
+    "EscalationGuard",
+    "ImpersonationError",
+    "bootstrap_objects",
+    "impersonate",
+    "request_info",
+    "review",
+    "seed",
+]
 
 GROUP = "rbac.authorization.k8s.io"
 ROLES = (GROUP, "roles")
@@ -365,6 +377,153 @@ class Authorizer:
         if not info.resource_request:
             raise errors.forbidden("", "", "", message)
         raise errors.forbidden(info.api_group, info.resource, info.name, message)
+
+
+# ---------------------------------------------------------------- impersonation
+
+IMPERSONATE_USER = "impersonate-user"
+IMPERSONATE_GROUP = "impersonate-group"
+IMPERSONATE_UID = "impersonate-uid"
+IMPERSONATE_EXTRA = "impersonate-extra-"
+ANONYMOUS = "system:anonymous"
+UNAUTHENTICATED = "system:unauthenticated"
+
+
+class ImpersonationError(Exception):
+    """Impersonation headers kube-apiserver cannot act on (groups, extras or a uid without a user):
+    it answers 500 in plain text, not with a Status."""
+
+    def text(self, request_uri: str) -> str:
+        """responsewriters.InternalError's body."""
+        message = f'Internal Server Error: "{request_uri}": {self}'
+        return message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "\n"
+
+
+@dataclass(frozen=True)
+class Impersonation:
+    """One thing a request asks to act as (a v1.ObjectReference of buildImpersonationRequests)."""
+
+    kind: str  # ServiceAccount | User | Group | UserExtra | UID
+    name: str
+    namespace: str = ""
+    api_version: str = ""
+    field_path: str = ""  # the extra's key
+
+    def go(self) -> str:
+        """Go's %v of the ObjectReference (Kind Namespace Name UID APIVersion ResourceVersion FieldPath)."""
+        return "{" + " ".join((self.kind, self.namespace, self.name, "", self.api_version, "", self.field_path)) + "}"
+
+    def attributes(self) -> RequestInfo:
+        """What the requestor must be allowed: ``impersonate`` on users, groups, serviceaccounts,
+        userextras/<key> or uids."""
+        group, _, version = self.api_version.rpartition("/")
+        resource, subresource = {
+            "ServiceAccount": ("serviceaccounts", ""),
+            "User": ("users", ""),
+            "Group": ("groups", ""),
+            "UserExtra": ("userextras", self.field_path),
+            "UID": ("uids", ""),
+        }[self.kind]
+        return RequestInfo(
+            "impersonate",
+            resource_request=True,
+            api_group=group,
+            api_version=version,
+            namespace=self.namespace,
+            resource=resource,
+            subresource=subresource,
+            name=self.name,
+        )
+
+
+def _split_service_account(username: str) -> tuple[str, str] | None:
+    """serviceaccount.SplitUsername: (namespace, name) of a valid ServiceAccount user name."""
+    if not username.startswith(SA_PREFIX):
+        return None
+    parts = username[len(SA_PREFIX) :].split(":")
+    if len(parts) != 2:
+        return None
+    namespace, name = parts
+    if len(namespace) > 63 or not DNS1123_LABEL.match(namespace) or subdomain_errors(name):
+        return None
+    return namespace, name
+
+
+def _unescape_extra_key(encoded: str) -> str:
+    """unescapeExtraKey: %-decoded, or as sent when it does not decode."""
+    try:
+        return urllib.parse.unquote(encoded, errors="strict")
+    except UnicodeDecodeError:
+        return encoded
+
+
+def impersonation_requests(headers: Iterable[tuple[str, str]]) -> list[Impersonation]:
+    """buildImpersonationRequests: the user (a ServiceAccount when its name says so), each group,
+    each extra value and the uid the ``Impersonate-*`` headers ask for; raises ImpersonationError
+    for groups, extras or a uid without a user."""
+    user = uid = ""
+    groups: list[str] = []
+    extras: dict[str, list[str]] = {}
+    for key, value in headers:
+        lower = key.lower()
+        if lower == IMPERSONATE_USER:
+            user = user or value
+        elif lower == IMPERSONATE_GROUP:
+            groups.append(value)
+        elif lower == IMPERSONATE_UID:
+            uid = uid or value
+        elif lower.startswith(IMPERSONATE_EXTRA):
+            extras.setdefault(_unescape_extra_key(lower[len(IMPERSONATE_EXTRA) :]), []).append(value)
+    out: list[Impersonation] = []
+    if user:
+        account = _split_service_account(user)
+        out.append(Impersonation("ServiceAccount", account[1], account[0]) if account else Impersonation("User", user))
+    out += [Impersonation("Group", g) for g in groups]
+    for extra_key, values in extras.items():
+        out += [
+            Impersonation("UserExtra", v, api_version="authentication.k8s.io/v1", field_path=extra_key) for v in values
+        ]
+    if uid:
+        out.append(Impersonation("UID", uid, api_version="authentication.k8s.io/v1"))
+    if (groups or extras or uid) and not user:
+        raise ImpersonationError(f"requested [{' '.join(i.go() for i in out)}] without impersonating a user")
+    return out
+
+
+def impersonate(authz: Authorizer, requestor: UserInfo, headers: Iterable[tuple[str, str]]) -> UserInfo:
+    """The impersonation filter: ``requestor`` when no ``Impersonate-*`` header is sent, else the user
+    those headers describe, provided ``requestor`` may ``impersonate`` each part (403 otherwise).
+    Without Impersonate-Group a ServiceAccount gets its groups; every named user but
+    system:anonymous is in system:authenticated (unless a group says system:unauthenticated)."""
+    headers = list(headers)
+    requests = impersonation_requests(headers)
+    if not requests:
+        return requestor
+    groups_given = any(k.lower() == IMPERSONATE_GROUP for k, _ in headers)
+    username, uid = "", ""
+    groups: list[str] = []
+    extra: dict[str, tuple[str, ...]] = {}
+    for wanted in requests:
+        authz.check(requestor, wanted.attributes())
+        if wanted.kind == "ServiceAccount":
+            username = f"{SA_PREFIX}{wanted.namespace}:{wanted.name}"
+            if not groups_given:
+                groups = ["system:serviceaccounts", f"system:serviceaccounts:{wanted.namespace}"]
+        elif wanted.kind == "User":
+            username = wanted.name
+        elif wanted.kind == "Group":
+            groups.append(wanted.name)
+        elif wanted.kind == "UserExtra":
+            extra[wanted.field_path] = (*extra.get(wanted.field_path, ()), wanted.name)
+        else:
+            uid = wanted.name
+    if username != ANONYMOUS:
+        if not any(g in (AUTHENTICATED, UNAUTHENTICATED) for g in groups):
+            groups.append(AUTHENTICATED)
+    elif UNAUTHENTICATED not in groups:
+        groups.append(UNAUTHENTICATED)
+    log.info("%s is impersonating %s%s", requestor.username, username, groups)
+    return UserInfo(username, tuple(groups), uid, extra)
 
 
 # ---------------------------------------------------------------- escalation checks (pure)
