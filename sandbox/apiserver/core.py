@@ -22,7 +22,15 @@ from sandbox.apiserver import builtins, crds, errors, schemas
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
 from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.selectors import FieldSelector, Selector, matches_fields, matches_labels, single_name
+from sandbox.apiserver.selectors import (
+    FieldSelector,
+    Selector,
+    go_parse_uint,
+    go_quote,
+    matches_fields,
+    matches_labels,
+    single_name,
+)
 from sandbox.apiserver.store import Store, Watcher, rv_of
 
 if TYPE_CHECKING:
@@ -59,6 +67,16 @@ RETURNS_DELETED_OBJECT = {
 def now_rfc3339(clock: Callable[[], dt.datetime] | None = None) -> str:
     when = clock() if clock else dt.datetime.now(dt.UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class UnknownError(ApiError):
+    """An error kube-apiserver has no Status for: 500 without a reason (apierrors' StatusReasonUnknown)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(500, "", message)
+
+    def status(self) -> Obj:
+        return {k: v for k, v in super().status().items() if k != "reason"}
 
 
 @dataclass
@@ -247,26 +265,26 @@ class ApiCore:
         resource_version_match: str = "",
     ) -> ListResult:
         current = self.store.rv
-        if resource_version_match and resource_version_match not in ("NotOlderThan", "Exact"):
-            raise errors.bad_request(f'resourceVersionMatch: Unsupported value: "{resource_version_match}"')
-        if resource_version_match and not resource_version:
-            raise errors.invalid(
-                "meta.k8s.io",
-                "ListOptions",
-                "",
-                [
-                    (
-                        "FieldValueForbidden",
-                        "resourceVersionMatch",
-                        "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-                    )
-                ],
-            )
-        if resource_version not in ("", "0"):
+        ns = namespace if rt.namespaced else None
+        after: tuple[str, str] | None = None
+        if continue_token:  # storage.ValidateListOptions: the token first, then the version
             try:
-                wanted = int(resource_version)
-            except ValueError:
-                raise errors.bad_request(f"invalid resource version: {resource_version}") from None
+                after, token_rv = decode_continue(continue_token, ns, rt.namespaced)
+            except ValueError as exc:
+                raise errors.bad_request(f"invalid continue token: {exc}") from None
+            if resource_version not in ("", "0"):
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            if token_rv < self.store.oldest_watchable(rt.key):
+                raise errors.gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+                )
+        elif resource_version:
+            try:
+                wanted = go_parse_uint(resource_version)
+            except ValueError as exc:
+                raise errors.bad_request(
+                    f"invalid resource version: resourceVersion: Invalid value: {go_quote(resource_version)}: {exc}"
+                ) from None
             if wanted > current:
                 err = ApiError(
                     504,
@@ -280,16 +298,8 @@ class ApiCore:
                 raise err
             if resource_version_match == "Exact" and wanted != current:
                 raise errors.gone(f"too old resource version: {wanted} ({current})")
-        after: tuple[str, str] | None = None
-        if continue_token:
-            after, token_rv = decode_continue(continue_token)
-            if token_rv < self.store.oldest_watchable(rt.key):
-                raise errors.gone(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
-                )
         items: ObjList = []
         name_only = single_name(fields)
-        ns = namespace if rt.namespaced else None
         if name_only is not None and not continue_token:
             candidates: Any = []
             if ns is not None:
@@ -309,7 +319,7 @@ class ApiCore:
             if limit and len(items) >= limit:
                 assert last is not None
                 md = last["metadata"]
-                token = encode_continue((md.get("namespace", ""), md["name"]), current)
+                token = encode_continue((md.get("namespace", ""), md["name"]), current, ns, rt.namespaced)
                 break
             items.append(self.to_version(rt, obj))
             last = obj
@@ -330,9 +340,9 @@ class ApiCore:
         rv: int | None = None
         if resource_version not in ("", "0"):
             try:
-                rv = int(resource_version)
-            except ValueError:
-                raise errors.bad_request(f"invalid resource version: {resource_version}") from None
+                rv = go_parse_uint(resource_version)
+            except ValueError as exc:  # the watch cache's error, passed on as an unknown one (500)
+                raise UnknownError(f"resourceVersion: Invalid value: {go_quote(resource_version)}: {exc}") from None
         return self.store.watch(rt.key, ns, resource_version=rv, labels=labels, fields=fields, initial=initial)
 
     # ------------------------------------------------------------ create
@@ -950,23 +960,86 @@ def _pins_rv(patch_type: str, body: Any) -> bool:
     return isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
 
 
-def encode_continue(after: tuple[str, str], rv: int) -> str:
+def encode_continue(after: tuple[str, str], rv: int, namespace: str | None, namespaced: bool) -> str:
+    """storage.EncodeContinue: the key after the last item, relative to the listed prefix
+    (``<namespace>/<name>`` across namespaces, ``<name>`` in one or for cluster-scoped kinds)."""
     import base64
     import json
 
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(after)}, separators=(",", ":"))
+    start = f"{after[0]}/{after[1]}" if namespaced and namespace is None else after[1]
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_continue(token: str) -> tuple[tuple[str, str], int]:
+def decode_continue(token: str, namespace: str | None, namespaced: bool) -> tuple[tuple[str, str], int]:
+    """storage.DecodeContinue: (the key to continue after, the token's resourceVersion); ValueError
+    with its message (``continue key is not valid: ...``)."""
     import base64
-    import binascii
+    import json
+    import posixpath
+    import re
+
+    generic = "continue key is not valid"
+    bad = re.search(r"[^A-Za-z0-9_\-\r\n]", token)
+    if bad:
+        raise ValueError(f"{generic}: illegal base64 data at input byte {bad.start()}")
+    compact = token.replace("\r", "").replace("\n", "")
+    if len(compact) % 4 == 1:
+        raise ValueError(f"{generic}: illegal base64 data at input byte {len(token) - 1}")
+    data = base64.urlsafe_b64decode(compact + "=" * (-len(compact) % 4))
+    try:
+        decoded = json.loads(data.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{generic}: {_go_json_error(data, exc)}") from None
+    if not isinstance(decoded, dict):
+        kind = {list: "array", str: "string", bool: "bool", type(None): "null"}.get(type(decoded), "number")
+        if decoded is None:
+            decoded = {}
+        else:
+            raise ValueError(f"{generic}: json: cannot unmarshal {kind} into Go value of type storage.continueToken")
+    fields = {"v": (str, "string"), "rv": (int, "int64"), "start": (str, "string")}
+    for key, (want, go_type) in fields.items():
+        value = decoded.get(key)
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            kind = {list: "array", dict: "object", str: "string", bool: "bool"}.get(type(value), "number")
+            raise ValueError(
+                f"{generic}: json: cannot unmarshal {kind} into Go struct field continueToken.{key} of type {go_type}"
+            )
+    version, rv, start = decoded.get("v") or "", int(decoded.get("rv") or 0), decoded.get("start") or ""
+    if version != "meta.k8s.io/v1":
+        raise ValueError(f"{generic}: server does not recognize this encoded version {version}")
+    if rv == 0:
+        raise ValueError(f"{generic}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not start:
+        raise ValueError(f"{generic}: encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if "/" + posixpath.normpath(key).lstrip("/") != key:  # path.Clean (which turns a leading // into /)
+        raise ValueError(f"{generic}: {start}")
+    rest = key[1:].rstrip("\x00")
+    if namespace is not None or not namespaced:
+        return (namespace or "", rest), rv
+    ns, _, name = rest.partition("/")
+    return (ns, name), rv
+
+
+def _go_json_error(data: bytes, exc: Exception) -> str:
+    """encoding/json's message for the common ways a token is not JSON."""
     import json
 
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = json.loads(raw)
-        start = data["start"]
-        return (str(start[0]), str(start[1])), int(data["rv"])
-    except (binascii.Error, ValueError, KeyError, IndexError, TypeError):
-        raise errors.bad_request("continue key is not valid: illegal base64 data at input byte 0") from None
+    text = data.decode("latin-1")
+    pos = len(text) - len(text.lstrip(" \t\r\n"))
+    if pos < len(text) and text[pos] not in '{["-0123456789tfn':
+        msg, at = "Expecting value", pos
+    elif isinstance(exc, json.JSONDecodeError) and exc.pos < len(text.rstrip(" \t\r\n")):
+        msg, at = exc.msg, exc.pos
+    else:
+        return "unexpected end of JSON input"
+    char = text[at]
+    quoted = "'\\''" if char == "'" else f"'{char}'" if char.isprintable() else f"'\\x{ord(char):02x}'"
+    if msg == "Expecting value":
+        return f"invalid character {quoted} looking for beginning of value"
+    if msg.startswith("Expecting property name"):
+        return f"invalid character {quoted} looking for beginning of object key string"
+    if msg == "Extra data":
+        return f"invalid character {quoted} after top-level value"
+    return f"invalid character {quoted} after object key:value pair"

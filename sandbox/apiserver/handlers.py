@@ -23,7 +23,7 @@ from sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore,
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.faults import Faults
 from sandbox.apiserver.resources import ResourceType
-from sandbox.apiserver.selectors import parse_fields, parse_labels
+from sandbox.apiserver.selectors import FieldLabels, ListOptions, field_labels, go_bool, list_options
 from sandbox.apiserver.store import BOOKMARK, ERROR
 
 Obj = dict[str, Any]
@@ -155,6 +155,10 @@ class Target:
     plural: str
     name: str
     subresource: str
+
+
+def _field_labels(rt: ResourceType) -> FieldLabels:
+    return field_labels(rt.group, rt.version, rt.kind, custom=rt.custom, namespaced=rt.namespaced)
 
 
 def parse_path(path: str) -> Target | None:
@@ -345,7 +349,7 @@ class ApiHandlers:
 
     def _verb(self, request: web.Request, target: Target) -> str:
         method = request.method
-        watch = request.query.get("watch", "").lower() in ("true", "1")
+        watch = "watch" in request.query and go_bool(request.query["watch"])
         if method == "GET":
             if target.name:
                 return "watch" if watch else "get"
@@ -445,10 +449,9 @@ class ApiHandlers:
             return respond(request, obj, 200, warnings=ctx.warnings)
         if verb == "deletecollection":
             options = await self._delete_options(request)
-            labels = parse_labels(request.query.get("labelSelector", ""))
-            fields = parse_fields(request.query.get("fieldSelector", ""), rt.group, rt.kind, custom=rt.custom)
+            opts = list_options(request.query, _field_labels(rt))
             items = await self.core.delete_collection(
-                rt, target.namespace if rt.namespaced else None, options, ctx, labels=labels, fields=fields
+                rt, target.namespace if rt.namespaced else None, options, ctx, labels=opts.labels, fields=opts.fields
             )
             if rt.key in RETURNS_DELETED_OBJECT or rt.custom:
                 return respond(
@@ -497,28 +500,19 @@ class ApiHandlers:
         self, request: web.Request, rt: ResourceType, namespace: str | None, verb: str, *, name: str = ""
     ) -> web.StreamResponse:
         q = request.query
-        labels = parse_labels(q.get("labelSelector", ""))
-        fields = parse_fields(q.get("fieldSelector", ""), rt.group, rt.kind, custom=rt.custom)
-        if name:
-            fields = (*fields, *parse_fields(f"metadata.name={name}", rt.group, rt.kind))
+        opts = list_options(q, _field_labels(rt), watch=verb == "watch", name=name)
         mode = _accept(request)
         if verb == "watch":
-            return await self._watch(request, rt, namespace, labels, fields, mode)
-        limit = 0
-        if q.get("limit"):
-            try:
-                limit = max(0, int(q["limit"]))
-            except ValueError:
-                raise errors.bad_request(f"invalid limit: {q['limit']}") from None
+            return await self._watch(request, rt, namespace, opts, mode)
         result = self.core.list(
             rt,
             namespace,
-            labels=labels,
-            fields=fields,
-            limit=limit,
-            continue_token=q.get("continue", ""),
-            resource_version=q.get("resourceVersion", ""),
-            resource_version_match=q.get("resourceVersionMatch", ""),
+            labels=opts.labels,
+            fields=opts.fields,
+            limit=max(0, opts.limit),
+            continue_token=opts.continue_token,
+            resource_version=opts.resource_version,
+            resource_version_match=opts.resource_version_match,
         )
         meta: Obj = {"resourceVersion": result.resource_version}
         if result.continue_token:
@@ -540,37 +534,23 @@ class ApiHandlers:
         return resp
 
     async def _watch(
-        self, request: web.Request, rt: ResourceType, namespace: str | None, labels: Any, fields: Any, mode: str
+        self, request: web.Request, rt: ResourceType, namespace: str | None, opts: ListOptions, mode: str
     ) -> web.StreamResponse:
         q = request.query
-        rv = q.get("resourceVersion", "")
-        bookmarks = q.get("allowWatchBookmarks", "").lower() in ("true", "1")
-        send_initial: bool | None = None
-        if "sendInitialEvents" in q:
-            send_initial = q["sendInitialEvents"].lower() in ("true", "1")
-            if send_initial and (q.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
-                raise errors.invalid(
-                    "meta.k8s.io",
-                    "ListOptions",
-                    "",
-                    [
-                        (
-                            "FieldValueForbidden",
-                            "sendInitialEvents",
-                            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan and allowWatchBookmarks",
-                        )
-                    ],
-                )
+        bookmarks = opts.allow_watch_bookmarks
+        send_initial = opts.send_initial_events
         timeout = self.options.default_watch_timeout
-        if q.get("timeoutSeconds"):
-            try:
-                timeout = float(q["timeoutSeconds"])
-            except ValueError:
-                raise errors.bad_request(f"invalid timeoutSeconds: {q['timeoutSeconds']}") from None
+        if opts.timeout_seconds:
+            timeout = float(opts.timeout_seconds)
         watcher = self.core.watch(
-            rt, namespace, resource_version=rv, labels=labels, fields=fields, send_initial_events=send_initial
+            rt,
+            namespace,
+            resource_version=opts.resource_version,
+            labels=opts.labels,
+            fields=opts.fields,
+            send_initial_events=send_initial,
         )
-        initial_left = watcher.queue.qsize() if send_initial else -1
+        initial_left = watcher.queue.qsize() if send_initial and bookmarks else -1
         resp = web.StreamResponse(
             status=200,
             headers={
