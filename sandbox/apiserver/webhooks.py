@@ -207,16 +207,38 @@ def generated_name(obj: Obj | None) -> bool:
     return bool(prefix) and name.startswith(prefix) and bool(_SUFFIX.match(name[len(prefix) :]))
 
 
-def build_request(attrs: Attributes) -> Request:
+def build_request(attrs: Attributes, *, mutating: bool) -> Request:
+    """The request as the mutating or the validating webhooks see it: on a generateName CREATE the
+    mutating ones get no name (the name is generated after mutating admission), the validating ones
+    the generated name (AdmissionToValidateObjectFunc takes it from the object)."""
     rt = attrs.resource
     kind = SUBRESOURCE_KINDS.get(attrs.subresource, (rt.group, rt.version, rt.kind))
     name = attrs.name
-    if attrs.operation == "CREATE" and not attrs.subresource and generated_name(attrs.object):
+    generated = attrs.operation == "CREATE" and not attrs.subresource and generated_name(attrs.object)
+    if mutating and generated:
         name = ""
     namespace = attrs.namespace
-    if rt.key == NAMESPACES:
-        namespace = attrs.name  # upstream: a Namespace request's namespace is its own name
+    if rt.key == NAMESPACES:  # a Namespace request is in that namespace (a generated one: in none)
+        namespace = "" if generated else attrs.name
     return Request(attrs, (rt.group, rt.version, rt.plural), kind, attrs.subresource, name, namespace, attrs.operation)
+
+
+def operation_options(attrs: Attributes) -> Obj | None:
+    """``request.options``: the CreateOptions/UpdateOptions the request set (dryRun, fieldManager,
+    fieldValidation) or its DeleteOptions (a Namespace's with the uid precondition its registry
+    adds), always as meta.k8s.io/v1."""
+    if not attrs.options:
+        return None
+    kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}.get(attrs.operation)
+    options = {k: v for k, v in attrs.options.items() if k not in ("kind", "apiVersion")}
+    if attrs.dry_run and not options.get("dryRun"):
+        options["dryRun"] = ["All"]
+    if attrs.operation == "DELETE" and attrs.resource.key == NAMESPACES and attrs.old_object is not None:
+        # the namespace registry makes sure a deletion is of the namespace it read
+        preconditions = dict(options.get("preconditions") or {})
+        preconditions.setdefault("uid", attrs.old_object["metadata"].get("uid"))
+        options["preconditions"] = preconditions
+    return {"kind": kind or attrs.options.get("kind"), "apiVersion": "meta.k8s.io/v1", **options}
 
 
 @dataclass(frozen=True)
@@ -596,7 +618,7 @@ class WebhookAdmission:
         out["object"] = inv.versioned(obj)
         out["oldObject"] = inv.versioned(old)
         out["dryRun"] = bool(req.attrs.dry_run)
-        out["options"] = req.attrs.options or None
+        out["options"] = operation_options(req.attrs)
         return out
 
     def _url(self, hook: Webhook) -> tuple[str, str, str]:
@@ -746,7 +768,7 @@ class WebhookAdmission:
         hooks = self.webhooks(MUTATING)
         if not hooks:
             return
-        req = build_request(attrs)
+        req = build_request(attrs, mutating=True)
         original = attrs.object
         obj, hidden = _before_create(attrs, req)
         old = attrs.old_object
@@ -843,7 +865,7 @@ class WebhookAdmission:
         hooks = self.webhooks(VALIDATING)
         if not hooks:
             return
-        req = build_request(attrs)
+        req = build_request(attrs, mutating=False)
         obj, old = attrs.object, attrs.old_object
         invocations = [inv for hook in hooks if (inv := self.should_call(hook, req, obj, old)) is not None]
         if not invocations:
