@@ -11,6 +11,8 @@
   RBAC storage checks it before admission): a Role/ClusterRole may only grant what its author holds
   unless it holds ``escalate``; a binding only to a role whose rights its author holds unless it holds
   ``bind`` on that role; ``aggregationRule`` needs full authority.
+- ``impersonate``: the impersonation filter (``Impersonate-*`` headers, each part authorized with the
+  ``impersonate`` verb) between authentication and authorization.
 - ``bootstrap_objects``/``seed`` (in ``rbac_bootstrap``): the default ClusterRoles and bindings clients rely on; ``Aggregator`` fills
   aggregated ClusterRoles (admin/edit/view) from the roles their selectors match.
 - ``review``: SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview,
