@@ -494,6 +494,46 @@ def test_first_available_all_mode_over_the_limit_matches_upstream() -> None:
     assert result.nodes[0].steps == 42
 
 
+_V5 = f"device.attributes['{GPU}'].generation == 'v5'"
+_V6 = f"device.attributes['{GPU}'].generation == 'v6'"
+
+
+def test_a_second_all_subrequest_gets_the_devices_of_the_first_in_1_34() -> None:
+    # kube-scheduler 1.34.4 checks the second subrequest of a firstAvailable list under the first
+    # one's key of its device-match cache (found by tests/realkube/test_explain_scheduler.py): with
+    # both asking for All devices, the second gets what the first's class and selectors match.
+    # 1.35 fixed it (upstream: prioritized-list-allocation-mode-all-with-selectors, 1.35 table).
+    cluster = [rslice("s1", "n1", "p1", dev("d1", {"generation": "v5"})), device_class()]
+    subs = (
+        sub("sub-0", selectors=sel(_V6), allocationMode="All"),
+        sub("sub-1", selectors=sel(_V5), allocationMode="All"),
+    )
+    claims = [claim(first_available("req-0", *subs))]
+    old = explain(claims, cluster, kubernetes_version="1.34")
+    assert not old.satisfiable
+    assert old.nodes[0].reasons[0] == (
+        "request req-0/sub-1: Kubernetes 1.34 gives it the devices the class and selectors of req-0/sub-0 "
+        "match (both ask for all devices), its own are not evaluated"
+    )
+    assert "request req-0/sub-1: gpu.nvidia.com/p1/d1: subrequest sub-0's selector #0 false" in old.nodes[0].reasons
+    for version in ("1.35", "1.36"):
+        assert picks(explain(claims, cluster, kubernetes_version=version)) == [("req-0/sub-1", GPU, "p1", "d1")]
+    # Where the first fails for another reason (here an untolerated taint), the second takes its
+    # devices, though its own selector matches none of them.
+    tainted = [
+        rslice("s1", "n1", "p1", dev("d1", {"generation": "v6"}, taints=[taint()]), dev("d2", {"generation": "v5"})),
+        device_class(),
+    ]
+    tolerant = sub("sub-1", selectors=sel(_V5), allocationMode="All", tolerations=[{"operator": "Exists"}])
+    claims = [claim(first_available("req-0", subs[0], tolerant))]
+    assert picks(explain_gated(claims, tainted, kubernetes_version="1.34")) == [("req-0/sub-1", GPU, "p1", "d1")]
+    assert picks(explain_gated(claims, tainted, kubernetes_version="1.35")) == [("req-0/sub-1", GPU, "p1", "d2")]
+    # Only the first two: a third subrequest is checked under its own key.
+    exact_second = (subs[0], sub("sub-1", selectors=sel(_V6)), sub("sub-2", selectors=sel(_V5), allocationMode="All"))
+    three = [claim(first_available("req-0", *exact_second))]
+    assert picks(explain(three, cluster, kubernetes_version="1.34")) == [("req-0/sub-2", GPU, "p1", "d1")]
+
+
 # ----------------------------------------------------------------------------- constraints
 
 

@@ -66,6 +66,11 @@ class Semantics:
     # DRADeviceBindingConditions (on by default from 1.36): devices with bindingConditions can be
     # allocated. Off, such devices are never selected.
     binding_conditions: bool
+    # 1.34: when the first two subrequests of a firstAvailable list both ask for All devices, the
+    # second one gets the devices the first one's class and selectors match (upstream checks the
+    # second subrequest under the first one's key of its device-match cache); its own class and
+    # selectors are never evaluated. Fixed in 1.35.
+    second_all_subrequest_reuses_first: bool
     # The other feature gates (gpucluster.dra.gates), in effect for this explanation.
     admin_access: bool = True
     prioritized_list: bool = True
@@ -93,6 +98,7 @@ class Semantics:
             sorted_order=minor >= 36,
             combinations=minor >= 36,
             binding_conditions=enabled[g.BINDING_CONDITIONS],
+            second_all_subrequest_reuses_first=minor == 34,
             admin_access=enabled[g.ADMIN_ACCESS],
             prioritized_list=enabled[g.PRIORITIZED_LIST],
             device_taints=enabled[g.DEVICE_TAINTS],

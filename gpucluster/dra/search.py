@@ -11,7 +11,9 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
   distinctAttribute - is a property of the set, so the first ordered selection that succeeds is
   the first combination: the answers are the same, reached without the permutations);
 - ``firstAvailable`` tries subrequests in order; a subrequest that would exceed the 32-results
-  limit of a claim makes the search try the next one;
+  limit of a claim makes the search try the next one; in 1.34, when the first two both ask for
+  All devices, the second gets the devices the first one's class and selectors match (upstream
+  checks it under the first one's key of its device-match cache);
 - ``allocationMode: All`` fixes the devices up front; one of them in use, tainted or out of
   counters means no solution, one violating a claim constraint is an error;
 - a device in use (allocated to another claim, or being allocated for this pod) is skipped
@@ -68,6 +70,7 @@ from gpucluster.dra.pools import Device, Pool, Slice, has_request_policy
 from gpucluster.dra.quantity import Quantity
 
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+_NO_BINDING_CONDITIONS = "binding conditions not supported (DRADeviceBindingConditions is off)"
 _COUNTERS_GATED = "consumes counters, but DRAPartitionableDevices is off"
 
 _CLASS_AND_REQUEST, _CLASS_ONLY, _REQUEST_ONLY = (True, False), (True,), (False,)  # see _evaluate
@@ -466,6 +469,9 @@ class _Req:
     is_sub: bool
     constraints: list[_Constraint]  # the claim's constraints that apply to this request
     capacity_id: int = 0  # requests asking the same capacity.requests have the same id
+    # 1.34 (Semantics.second_all_subrequest_reuses_first): the subrequest whose class and
+    # selectors decide which devices this All subrequest gets.
+    matched_as: _Req | None = None
     static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
     num_devices: int = 0
     all_devices: list[_Entry] = field(default_factory=list)
@@ -580,6 +586,18 @@ class NodeSearch:
                     )
                     self.reqs.append(req)
                     alternatives.append(req)
+                if (
+                    self.sem.second_all_subrequest_reuses_first
+                    and len(alternatives) > 1
+                    and alternatives[0].spec.mode == alternatives[1].spec.mode == "All"
+                ):
+                    first, second = alternatives[0], alternatives[1]
+                    second.matched_as = first
+                    self.notes.append(
+                        f"request {second.spec.full_name}: Kubernetes 1.34 gives it the devices the class and "
+                        f"selectors of {first.spec.full_name} match (both ask for all devices), its own are not "
+                        "evaluated"
+                    )
                 claim_groups.append(alternatives)
             self.groups.append(claim_groups)
 
@@ -596,7 +614,7 @@ class NodeSearch:
             return cache[key]
         result: StaticResult = None
         if d.has_binding_conditions and not self.sem.binding_conditions:
-            result = "binding conditions not supported (DRADeviceBindingConditions is off)"
+            result = _NO_BINDING_CONDITIONS
         else:
             views = s.views
             if views is None:
@@ -753,7 +771,9 @@ class NodeSearch:
         check_use = not req.spec.admin_access and d.key in in_use
         if check_use and not all_mode:
             return f"in use by {in_use[d.key]}"
-        result = self._selectors(req, s, d)
+        result = self._selectors(req.matched_as or req, s, d)
+        if req.matched_as is not None and isinstance(result, str) and result != _NO_BINDING_CONDITIONS:
+            result = f"subrequest {req.matched_as.spec.name}'s {result}"
         if all_mode:
             req.selected[entry.index] = result  # _prepare_all's members
         if result is not None:
