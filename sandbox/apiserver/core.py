@@ -347,7 +347,19 @@ class ApiCore:
 
     # ------------------------------------------------------------ create
 
-    async def create(self, rt: ResourceType, namespace: str, body: Obj, ctx: Context, *, managed: bool = True) -> Obj:
+    async def create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Obj,
+        ctx: Context,
+        *,
+        managed: bool = True,
+        authorize_create: bool = False,
+    ) -> Obj:
+        """Create ``body``; ``managed``: track managedFields (an apply brings its own);
+        ``authorize_create``: the requester needs the create verb as well (a create by apply,
+        authorized for patch), checked after validation as the patch handler's createValidation."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         self._check_kind(rt, body)
@@ -402,6 +414,8 @@ class ApiCore:
             )
             if fields:
                 obj["metadata"]["managedFields"] = fields
+            else:
+                obj["metadata"].pop("managedFields", None)
         attrs = Attributes(
             "CREATE",
             rt,
@@ -418,6 +432,8 @@ class ApiCore:
         await self.admission.mutate(attrs)
         obj = attrs.object or obj
         self._validate(rt, obj, None, ns_obj, ctx)
+        if authorize_create:
+            self._authorize_create(rt, ns, name, ctx)
         await self.admission.validate(attrs)
         if ctx.dry_run:
             return self.to_version(rt, obj)
@@ -432,6 +448,18 @@ class ApiCore:
                 md["name"] = str(md["generateName"]) + "".join(self.rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
         self._after_write(rt, None, stored)
         return self.to_version(rt, stored)
+
+    def _authorize_create(self, rt: ResourceType, namespace: str, name: str, ctx: Context) -> None:
+        if self.authz is None:
+            return
+        from sandbox.apiserver.auth import UserInfo
+        from sandbox.apiserver.rbac import RequestInfo
+
+        user = UserInfo.from_obj(ctx.user)
+        if not user.privileged:
+            self.authz.check(
+                user, RequestInfo("create", "", True, rt.group, rt.version, namespace, rt.plural, "", name)
+            )
 
     # ------------------------------------------------------------ update
 
@@ -557,6 +585,15 @@ class ApiCore:
         old = self.store.get(rt.key, ns, name)
         if old is None:
             raise errors.not_found(rt.group, rt.plural, name)
+        if md.get("uid") and md["uid"] != old["metadata"].get("uid"):  # a PUT's uid is a precondition
+            raise errors.conflict(
+                rt.group,
+                rt.plural,
+                name,
+                f"StorageError: invalid object, Code: 4, Key: {_storage_key(rt, ns, name)}, ResourceVersion: 0, "
+                f"AdditionalErrorMsg: Precondition failed: UID in precondition: {md['uid']}, "
+                f"UID in object meta: {old['metadata'].get('uid')}",
+            )
         new = self._merge_update(rt, old, body, subresource)
         return await self._commit_update(rt, old, new, ctx, subresource=subresource, track=True)
 
@@ -679,14 +716,13 @@ class ApiCore:
                 raise errors.bad_request("PATCH: fieldManager is required for apply requests")
             if not isinstance(body, dict):
                 raise errors.bad_request("error decoding YAML: the apply patch must be an object")
-            if not body.get("apiVersion") or not body.get("kind"):
-                raise errors.bad_request(
-                    "apiVersion and kind must be set in an apply request"
-                    if not body.get("kind")
-                    else "apiVersion must be set"
-                )
-            self._check_kind(rt, body)
+            api_version, kind = str(body.get("apiVersion") or ""), str(body.get("kind") or "")
+            if (api_version, kind) != (rt.api_version, rt.kind):  # the version-check manager
+                group, _, version = api_version.rpartition("/") if api_version.count("/") < 2 else ("", "", "")
+                raise errors.bad_request(f"invalid object type: {group}/{version}, Kind={kind}")
             bmd = body.get("metadata") or {}
+            if isinstance(bmd, dict) and bmd.get("managedFields") is not None:
+                raise errors.bad_request("metadata.managedFields must be nil")
             if bmd.get("name") and bmd["name"] != name:
                 raise errors.bad_request(
                     f"the name of the object ({bmd['name']}) does not match the name on the URL ({name})"
@@ -700,6 +736,14 @@ class ApiCore:
             if old is None:
                 if patch_type != APPLY_PATCH or subresource:
                     raise errors.not_found(rt.group, rt.plural, name)
+                uid = (body.get("metadata") or {}).get("uid")
+                if uid:  # a uid is a precondition on an object that must exist
+                    raise errors.conflict(
+                        rt.group,
+                        rt.plural,
+                        name,
+                        f"uid mismatch: the provided object specified uid {uid}, and no existing object was found",
+                    )
                 applied = copy.deepcopy(body)
                 applied.setdefault("metadata", {})["name"] = name
                 created = ssa.apply(
@@ -712,12 +756,10 @@ class ApiCore:
                     has_status=rt.has_status,
                     types=self._types(rt),
                     now=self.now(),
-                    kind_group=_kind_group(rt),
-                    name=name,
                 )
                 created["apiVersion"], created["kind"] = body["apiVersion"], body["kind"]
                 try:
-                    return await self.create(rt, namespace, created, ctx, managed=False), True
+                    return await self.create(rt, namespace, created, ctx, managed=False, authorize_create=True), True
                 except ApiError as exc:
                     if exc.reason == "AlreadyExists" and attempt < 9:
                         continue
@@ -740,14 +782,17 @@ class ApiCore:
                     has_status=rt.has_status,
                     types=self._types(rt),
                     now=self.now(),
-                    kind_group=_kind_group(rt),
-                    name=name,
                 )
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
             pmd = patched.setdefault("metadata", {})
             if not isinstance(pmd, dict):
                 raise errors.bad_request("metadata must be an object")
+            if pmd.get("uid") and pmd["uid"] != old["metadata"].get("uid"):
+                # ValidateObjectMetaUpdate, run by BeforeUpdate and again by the kind's strategy
+                uid = go_quote(str(pmd["uid"]))
+                immutable = ("FieldValueInvalid", "metadata.uid", f"Invalid value: {uid}: field is immutable")
+                raise errors.invalid(rt.group, rt.kind, name, [immutable, immutable])
             if pmd.get("name", name) != name:
                 raise errors.bad_request(
                     f"the name of the object ({pmd.get('name')}) does not match the name on the URL ({name})"
@@ -934,8 +979,20 @@ class ApiCore:
             self.registry.add(rt)
 
 
-def _kind_group(rt: ResourceType) -> str:
-    return f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+# kube-apiserver's etcd prefixes that are not the resource's name (SpecialDefaultResourcePrefixes).
+_ETCD_PREFIXES = {
+    ("", "replicationcontrollers"): "controllers",
+    ("", "endpoints"): "services/endpoints",
+    ("", "nodes"): "minions",
+    ("", "services"): "services/specs",
+    ("networking.k8s.io", "ingresses"): "ingress",
+}
+
+
+def _storage_key(rt: ResourceType, namespace: str, name: str) -> str:
+    """Where kube-apiserver keeps the object in etcd (its storage errors name it)."""
+    prefix = f"{rt.group}/{rt.plural}" if rt.custom else _ETCD_PREFIXES.get(rt.key, rt.plural)
+    return f"/registry/{prefix}/{namespace}/{name}" if namespace else f"/registry/{prefix}/{name}"
 
 
 def _same(old: Obj, new: Obj) -> bool:
