@@ -747,6 +747,14 @@ class Manager:
     subresource: str
     time: str | None
     fields: FieldSet
+    raw: Obj | None = field(default=None, compare=False, repr=False)
+    """The entry it was decoded from, while neither its fields nor its time changed."""
+
+    def take(self, paths: FieldSet) -> None:
+        """Lose ``paths`` (another manager took them, or they are gone)."""
+        if self.fields & paths:
+            self.fields = self.fields - paths
+            self.raw = None
 
     @property
     def key(self) -> ManagerKey:
@@ -773,6 +781,8 @@ class Manager:
         return out
 
     def entry(self) -> Obj:
+        if self.raw is not None:
+            return self.raw
         out: Obj = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
         if self.time is not None:
             out["time"] = self.time
@@ -808,10 +818,27 @@ def decode_managers(entries: Any) -> Managers:
             str(entry["apiVersion"]),
             str(entry.get("subresource") or ""),
             entry.get("time"),
-            from_fields_v1(entry.get("fieldsV1") or {}),
+            _decoded_fields(entry.get("fieldsV1") or {}),
+            raw=entry,
         )
         out[manager.key] = manager
     return out
+
+
+_DECODED: dict[int, tuple[Obj, frozenset[Path]]] = {}
+
+
+def _decoded_fields(tree: Obj) -> FieldSet:
+    """from_fields_v1 of a stored entry's fieldsV1, remembered (stored objects are never changed;
+    the cache holds the tree, so its id is not reused while cached)."""
+    cached = _DECODED.get(id(tree))
+    if cached is not None and cached[0] is tree:
+        return set(cached[1])
+    paths = from_fields_v1(tree)
+    if len(_DECODED) >= 8192:
+        _DECODED.clear()
+    _DECODED[id(tree)] = (tree, frozenset(paths))
+    return paths
 
 
 def _seconds(stamp: str | None) -> int:
@@ -861,7 +888,7 @@ def cap_update_managers(managers: Managers, limit: int = MAX_UPDATE_MANAGERS) ->
             managers[bucket_key] = Manager(ANCIENT_CHANGES, "Update", first.api_version, "", first.time, first.fields)
         bucket = managers[bucket_key]
         bucket.fields = bucket.fields | m.fields
-        bucket.time = m.time
+        bucket.time, bucket.raw = m.time, None
         managers.pop(m.key, None)
         length -= 1
 
@@ -880,14 +907,11 @@ def _updated(
 ) -> Managers:
     """The managers after ``manager`` updated ``live`` (None: created) to ``new``: it owns what it
     changed, the others lose that and everybody loses what was removed; update entries capped."""
-    managers = {
-        k: Manager(m.manager, m.operation, m.api_version, m.subresource, m.time, set(m.fields)) for k, m in base.items()
-    }
+    managers = {k: copy.copy(m) for k, m in base.items()}
     diff = compare(live, new, types, subresource=subresource, has_status=has_status)
     changed = diff.changed
     for m in managers.values():
-        m.fields -= changed
-        m.fields -= diff.removed
+        m.take(changed | diff.removed)
     for key in [k for k, m in managers.items() if not m.fields]:
         del managers[key]
     if changed:
@@ -1034,7 +1058,7 @@ def apply(
         raise _conflict_error(conflicts)
     for key, m in managers.items():
         if key != mine_key:
-            m.fields = m.fields - changed - diff.removed
+            m.take(changed | diff.removed)
     unchanged = live is not None and merged == live
     stamp = (previous.time if previous is not None else None) if unchanged else now
     managers[mine_key] = Manager(manager, "Apply", api_version, subresource, stamp, applied_set)
