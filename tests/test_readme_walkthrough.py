@@ -121,6 +121,33 @@ def test_every_file_the_readme_names_exists() -> None:
 
 
 def test_the_walkthrough_runs_verbatim(running: Path) -> None:
+    _walk(running)
+    # Nothing but the kubeconfig the walkthrough asked for was written into the checkout.
+    assert sorted(p.name for p in running.iterdir()) == [".venv", "examples", "sandbox.kubeconfig"]
+
+
+def test_the_walkthrough_runs_verbatim_on_the_real_control_plane(checkout: Path) -> None:
+    """The same lines against kube-apiserver, kube-scheduler and kube-controller-manager: the
+    operator runs as `gpucluster run` does against a configured cluster, its webhook registered by
+    URL; the walkthrough's kubeconfig is the real control plane's admin's."""
+    from gpucluster.commands.run import chart_env
+    from tests.e2e.backends import kube_run_options, start_kube
+    from tests.e2e.test_run import StackThread
+
+    plane = start_kube(nodes=3)
+    try:
+        (checkout / "sandbox.kubeconfig").write_bytes(plane.admin_kubeconfig.read_bytes())
+        runner = StackThread(kube_run_options(plane, environment=chart_env()))
+        runner.start()
+        try:
+            _walk(checkout)
+        finally:
+            runner.stop()
+    finally:
+        plane.stop()
+
+
+def _walk(running: Path) -> None:
     [_, lines] = _console_blocks()
     assert [_command(line) for line in lines] == list(EXPECT), "README's walkthrough changed: update EXPECT"
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VIRTUAL_ENV")}
@@ -136,8 +163,6 @@ def test_the_walkthrough_runs_verbatim(running: Path) -> None:
         check = EXPECT[command]
         out = _until(line, running, env, check, once=command.startswith("kubectl create"))
         assert check(out), f"{command!r}: {out.returncode}\n{out.stdout}\n{out.stderr}"
-    # Nothing but the kubeconfig the walkthrough asked for was written into the checkout.
-    assert sorted(p.name for p in running.iterdir()) == [".venv", "examples", "sandbox.kubeconfig"]
 
 
 def test_run_takes_the_api_server_port(checkout: Path, tmp_path: Path) -> None:
