@@ -237,6 +237,23 @@ def pod_spec_defaults(spec: Obj) -> None:
                 _container_defaults(c)
 
 
+def _requests_from_limits(spec: Obj) -> None:
+    """SetDefaults_Pod: a (init) container's missing requests are its limits (pods only, not templates)."""
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            limits = res.get("limits")
+            if not isinstance(limits, dict) or not limits:
+                continue
+            requests = res.get("requests")
+            if not isinstance(requests, dict):
+                requests = res["requests"] = {}
+            for name, value in limits.items():
+                requests.setdefault(name, value)
+
+
 def _template_defaults(obj: Obj) -> None:
     template = (obj.get("spec") or {}).get("template")
     if isinstance(template, dict):
@@ -307,6 +324,7 @@ def apply_defaults(group: str, plural: str, obj: Obj, ips: ServiceIPs | None = N
         if not isinstance(spec, dict):
             return
         pod_spec_defaults(spec)
+        _requests_from_limits(spec)
         spec.setdefault("serviceAccountName", "default")
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
         spec.setdefault(

@@ -436,6 +436,14 @@ class ApiCore:
             self._authorize_create(rt, ns, name, ctx)
         await self.admission.validate(attrs)
         if ctx.dry_run:
+            # As the dry-run storage: a create still fails on a name that exists (409), after admission.
+            for attempt in range(5):
+                if self.store.get(rt.key, ns, str(obj["metadata"]["name"])) is None:
+                    break
+                if not generated or attempt == 4:
+                    raise errors.already_exists(rt.group, rt.plural, str(obj["metadata"]["name"]))
+                md = obj["metadata"]
+                md["name"] = str(md["generateName"]) + "".join(self.rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
             return self.to_version(rt, obj)
         for attempt in range(5):
             try:
@@ -573,13 +581,19 @@ class ApiCore:
             raise errors.bad_request("the body of the request was not a JSON object")
         self._check_kind(rt, body)
         md = body.get("metadata") or {}
-        if md.get("name") and md["name"] != name:
-            raise errors.bad_request(
-                f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
-            )
+        # As the update handler: the namespace (EnsureObjectNamespaceMatchesRequestNamespace), then
+        # the name (checkName: one is required and must be the URL's).
         if rt.namespaced and md.get("namespace") and md["namespace"] != namespace:
             raise errors.bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        if not md.get("name"):
+            raise errors.bad_request(
+                f"the name of the object ({name} based on URL) was undeterminable: name must be provided"
+            )
+        if md["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
             )
         ns = namespace if rt.namespaced else ""
         old = self.store.get(rt.key, ns, name)

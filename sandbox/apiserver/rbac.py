@@ -37,6 +37,7 @@ from sandbox.apiserver.builtins import DNS1123_LABEL, subdomain_errors
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.rbac_bootstrap import bootstrap_objects, seed
 from sandbox.apiserver.resources import Registry, ResourceType
+from sandbox.apiserver.selectors import go_bool
 from sandbox.apiserver.store import Event, Store
 
 if TYPE_CHECKING:
@@ -129,7 +130,8 @@ def request_info(method: str, path: str, query: Mapping[str, str]) -> RequestInf
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 else ""
     if not name and verb == "get":
-        verb = "watch" if query.get("watch", "").lower() in ("true", "1") else "list"
+        # ListOptions.Watch decodes as a Go query bool: any value but "0"/"false" (even "") is a watch.
+        verb = "watch" if "watch" in query and go_bool(query["watch"]) else "list"
         selected = field_selector_name(query.get("fieldSelector", ""))
         if selected and _valid_name_segment(selected):
             name = selected
