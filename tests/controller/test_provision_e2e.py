@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from controller.stranded import REASON as STRANDED_REASON
-from gpucluster.commands.run import SERVICE, RunOptions, Stack, chart_env
+from gpucluster.commands.run import SERVICE, Stack
 from gpucluster.translate import PROVISIONED_LABEL
-from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
-from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod, wait_for
+from tests.e2e.backends import backends
+from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 
@@ -29,25 +29,12 @@ GRACE = 1.0  # seconds an unreferenced template is kept in these tests
 
 @pytest.fixture(scope="module", params=backends())
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    plane = None
-    if request.param == SANDBOX:
-        kubeconfig = tmp_path_factory.mktemp("provision") / "kubeconfig"
-        options = RunOptions(sandbox=True, kubeconfig_out=kubeconfig, nodes=1, template_grace_period=GRACE)
-    else:
-        plane = start_kube(nodes=1)
-        options = kube_run_options(plane, template_grace_period=GRACE, environment=chart_env())
-    runner = StackThread(options)
-    try:
-        stack = runner.start()
+    with run_stack(request.param, tmp_path_factory.mktemp("provision"), nodes=1, template_grace_period=GRACE) as stack:
         if not stack.controller_started:
             pytest.skip("controller not available")
         for ns in ("victim", "team-a", "team-b", "team-c", "team-d"):
             kubectl(stack, "create", "namespace", ns)
         yield stack
-        runner.stop()
-    finally:
-        if plane is not None:
-            plane.stop()
 
 
 @contextlib.contextmanager

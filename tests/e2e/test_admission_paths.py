@@ -5,32 +5,27 @@ skipped (failurePolicy Ignore) within that time."""
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
-import ssl
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from certs.authority import new_ca, new_serving_cert
-from gpucluster.commands.run import RunOptions, Stack
-from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
+from gpucluster.commands.run import Stack
+from tests.e2e.backends import backends
 from tests.e2e.test_run import (
     KUBECTL,
-    StackThread,
     dra_driver_manifests,
     get_json,
     kubectl,
     legacy_pod,
+    run_stack,
     wait_for,
 )
+from tests.review_server import ReviewServer, json_patch
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 PODS_HOOK = "pods.mutate.gpucluster.nvidia.com"
@@ -38,89 +33,48 @@ PODS_HOOK = "pods.mutate.gpucluster.nvidia.com"
 
 @pytest.fixture(scope="module", params=backends())
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    plane = None
-    if request.param == SANDBOX:
-        kubeconfig = tmp_path_factory.mktemp("admission") / "kubeconfig"
-        options = RunOptions(sandbox=True, kubeconfig_out=kubeconfig, controller=False, nodes=1)
-    else:
-        plane = start_kube(nodes=1)
-        options = kube_run_options(plane, controller=False)
-    runner = StackThread(options)
-    try:
-        stack = runner.start()
+    with run_stack(request.param, tmp_path_factory.mktemp("admission"), nodes=1, controller=False) as stack:
         kubectl(stack, "apply", "--server-side", "-f", "-", stdin=dra_driver_manifests("gpu-operator"))
         kubectl(stack, "label", "nodes", "--all", "nvidia.com/gpu.deploy.dra-driver=true")
         yield stack
-        runner.stop()
-    finally:
-        if plane is not None:
-            plane.stop()
 
 
-class _AddGpuSidecar(BaseHTTPRequestHandler):
-    """A mutating webhook that gives pods labelled add-gpu=true a sidecar asking for one GPU."""
-
-    def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        request = review["request"]
-        pod = request["object"]
-        response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-        labels = pod["metadata"].get("labels") or {}
-        names = [c["name"] for c in pod["spec"]["containers"]]
-        if labels.get("add-gpu") == "true" and "sidecar" not in names:
-            sidecar = {"name": "sidecar", "image": "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu24.04",
-                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}  # fmt: skip
-            patch = [{"op": "add", "path": "/spec/containers/-", "value": sidecar}]
-            response.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(patch).encode()).decode())
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args: object) -> None:
-        pass
+def _add_gpu_sidecar(request: dict[str, Any], path: str) -> dict[str, Any]:
+    """A mutating webhook's answer: pods labelled add-gpu=true get a sidecar asking for one GPU."""
+    pod = request["object"]
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("add-gpu") != "true" or "sidecar" in [c["name"] for c in pod["spec"]["containers"]]:
+        return {}
+    sidecar = {"name": "sidecar", "image": "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu24.04",
+               "resources": {"limits": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+    return json_patch([{"op": "add", "path": "/spec/containers/-", "value": sidecar}])
 
 
 @pytest.fixture
 def sidecar_webhook(stack: Stack) -> Iterator[None]:
-    ca = new_ca("test-webhook-ca")
-    pair = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
-    with tempfile.TemporaryDirectory() as tmp:
-        cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-        cert.write_bytes(pair.cert_pem)
-        key.write_bytes(pair.key_pem)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _AddGpuSidecar)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cert, key)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        # Named to sort after ours: the API server calls mutating webhooks in name order.
-        config = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "zz-add-gpu-sidecar"},
-            "webhooks": [{
-                "name": "sidecar.example.com",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "reinvocationPolicy": "Never",
-                "objectSelector": {"matchLabels": {"add-gpu": "true"}},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
-                "clientConfig": {
-                    "url": f"https://127.0.0.1:{server.server_address[1]}/mutate",
-                    "caBundle": base64.b64encode(ca.cert_pem).decode(),
-                },
-            }],
-        }  # fmt: skip
-        kubectl(stack, "create", "-f", "-", stdin=json.dumps(config))
-        try:
-            yield
-        finally:
-            kubectl(stack, "delete", "mutatingwebhookconfiguration", "zz-add-gpu-sidecar")
-            server.shutdown()
+    server = ReviewServer(_add_gpu_sidecar, "add-gpu-sidecar").start()
+    # Named to sort after ours: the API server calls mutating webhooks in name order.
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "zz-add-gpu-sidecar"},
+        "webhooks": [{
+            "name": "sidecar.example.com",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "objectSelector": {"matchLabels": {"add-gpu": "true"}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
+            "clientConfig": {"url": server.url("/mutate"), "caBundle": server.ca_bundle},
+        }],
+    }  # fmt: skip
+    kubectl(stack, "create", "-f", "-", stdin=json.dumps(config))
+    try:
+        yield
+    finally:
+        kubectl(stack, "delete", "mutatingwebhookconfiguration", "zz-add-gpu-sidecar")
+        server.stop()
 
 
 def _templates(stack: Stack) -> list[str]:

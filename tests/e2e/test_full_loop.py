@@ -9,31 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.commands.run import RunOptions, Stack, chart_env
-from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
-from tests.e2e.test_run import GPUCLUSTER, KUBECTL, StackThread, get_json, kubectl, legacy_pod, wait_for
+from gpucluster.commands.run import Stack
+from tests.e2e.backends import backends
+from tests.e2e.test_run import GPUCLUSTER, KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 
 
 @pytest.fixture(scope="module", params=backends())
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    plane = None
-    if request.param == SANDBOX:
-        kubeconfig = tmp_path_factory.mktemp("loop") / "kubeconfig"
-        options = RunOptions(sandbox=True, kubeconfig_out=kubeconfig, nodes=2, mix="h100,a100-mig")
-    else:
-        # The chart's operator environment, as the operator Deployment gets it (the sandbox's
-        # Stack adds it by itself).
-        plane = start_kube(nodes=2, mix="h100,a100-mig")
-        options = kube_run_options(plane, environment=chart_env())
-    runner = StackThread(options)
-    try:
-        yield runner.start()
-        runner.stop()
-    finally:
-        if plane is not None:
-            plane.stop()
+    with run_stack(request.param, tmp_path_factory.mktemp("loop"), nodes=2, mix="h100,a100-mig") as stack:
+        yield stack
 
 
 def test_gpucluster_to_running_pod(stack: Stack) -> None:

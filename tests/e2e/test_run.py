@@ -4,6 +4,7 @@ registered through real webhook configurations) driven by real kubectl."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from controller.operands.dra_driver import GPU_DEVICE_CLASSES
-from gpucluster.commands.run import RunOptions, Stack
+from gpucluster.commands.run import RunOptions, Stack, chart_env
 from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -59,23 +60,29 @@ class StackThread:
             self.loop.close()
 
 
-@pytest.fixture(scope="module", params=backends())
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextlib.contextmanager
+def run_stack(backend: str, directory: Path, *, nodes: int, mix: str = "h100", **options: Any) -> Iterator[Stack]:
+    """``gpucluster run``'s stack on ``backend``: in the sandbox it starts, or against the real
+    control plane (CRDs applied, the chart's operator environment for the controller)."""
     plane = None
-    if request.param == SANDBOX:
-        kubeconfig = tmp_path_factory.mktemp("run") / "kubeconfig"
-        options = RunOptions(sandbox=True, kubeconfig_out=kubeconfig, controller=False, nodes=3)
+    if backend == SANDBOX:
+        run = RunOptions(sandbox=True, kubeconfig_out=directory / "kubeconfig", nodes=nodes, mix=mix, **options)
     else:
-        plane = start_kube(nodes=3)
-        options = kube_run_options(plane, controller=False)
-    runner = StackThread(options)
+        plane = start_kube(nodes=nodes, mix=mix)
+        run = kube_run_options(plane, environment=chart_env(), **options)
+    runner = StackThread(run)
     try:
-        stack = runner.start()
-        yield stack
+        yield runner.start()
         runner.stop()
     finally:
         if plane is not None:
             plane.stop()
+
+
+@pytest.fixture(scope="module", params=backends())
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with run_stack(request.param, tmp_path_factory.mktemp("run"), nodes=3, controller=False) as stack:
+        yield stack
 
 
 def on_kube(stack: Stack) -> bool:

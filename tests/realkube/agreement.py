@@ -11,20 +11,15 @@ backend sent (``recorder.take(path)``).
 
 from __future__ import annotations
 
-import json
-import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-from certs.authority import new_ca, new_serving_cert
 from tests.realkube.api import Api
+from tests.review_server import ReviewServer
 
 Obj = dict[str, Any]
 
@@ -80,60 +75,22 @@ def answer(api: Api, case: Case, tokens: dict[str, str]) -> Obj:
     return outcome(status, body, case.keep)
 
 
-class Recorder:
+class Recorder(ReviewServer):
     """An HTTPS admission webhook on 127.0.0.1 that allows everything and records each request."""
 
     def __init__(self) -> None:
-        self.ca = new_ca("agreement-webhook-ca")
-        serving = new_serving_cert(self.ca, ["localhost"], ip_addresses=["127.0.0.1"])
-        self._dir = tempfile.TemporaryDirectory(prefix="agreement-webhook-")
-        cert, key = Path(self._dir.name, "tls.crt"), Path(self._dir.name, "tls.key")
-        cert.write_bytes(serving.cert_pem)
-        key.write_bytes(serving.key_pem)
         self._lock = threading.Lock()
         self._seen: dict[str, list[Obj]] = {}
-        recorder = self
+        super().__init__(self._record, "agreement-webhook")
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                review = json.loads(self.rfile.read(length))
-                request = review.get("request") or {}
-                with recorder._lock:
-                    recorder._seen.setdefault(self.path.split("?")[0], []).append(request)
-                answer = {
-                    "apiVersion": "admission.k8s.io/v1",
-                    "kind": "AdmissionReview",
-                    "response": {"uid": request.get("uid", ""), "allowed": True},
-                }
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = int(self.server.server_address[1])
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def _record(self, request: Obj, path: str) -> Obj:
+        with self._lock:
+            self._seen.setdefault(path, []).append(request)
+        return {}
 
     def start(self) -> Recorder:
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._dir.cleanup()
-
-    def url(self, path: str) -> str:
-        return f"https://127.0.0.1:{self.port}{path}"
 
     def take(self, path: str) -> list[Obj]:
         """The requests received on ``path`` since the last take, oldest first."""

@@ -15,22 +15,15 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import ssl
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from certs.authority import new_ca, new_serving_cert
 from tests.realkube.agreement import Case, Obj, Step, answer
 from tests.realkube.api import Api
+from tests.review_server import ReviewServer, json_patch
 
 NS = "agree-writes"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
@@ -172,52 +165,20 @@ PODS_CASES = [
 ]  # fmt: skip
 
 
-class Patcher:
+class Patcher(ReviewServer):
     """An HTTPS mutating webhook on 127.0.0.1 adding SIDECAR (limits only) to each pod it sees."""
 
     def __init__(self) -> None:
-        self.ca = new_ca("agree-writes-ca")
-        serving = new_serving_cert(self.ca, ["localhost"], ip_addresses=["127.0.0.1"])
-        self._dir = tempfile.TemporaryDirectory(prefix="agree-writes-")
-        cert, key = Path(self._dir.name, "tls.crt"), Path(self._dir.name, "tls.key")
-        cert.write_bytes(serving.cert_pem)
-        key.write_bytes(serving.key_pem)
-        patch = base64.b64encode(json.dumps([{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}]).encode())
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                response = {
-                    "uid": (review.get("request") or {}).get("uid", ""),
-                    "allowed": True,
-                    "patchType": "JSONPatch",
-                    "patch": patch.decode(),
-                }
-                data = json.dumps(
-                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        patch = json_patch([{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}])
+        super().__init__(lambda request, path: patch, "agree-writes")
+        self.start()
 
     def register(self, api: Api) -> None:
         hook = {
             "name": "pods.agree-writes.example.com",
             "clientConfig": {
-                "url": f"https://127.0.0.1:{self.server.server_address[1]}/patch",
-                "caBundle": base64.b64encode(self.ca.cert_pem).decode(),
+                "url": self.url("/patch"),
+                "caBundle": self.ca_bundle,
             },
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
@@ -245,11 +206,6 @@ class Patcher:
                 return
             time.sleep(0.2)
         raise AssertionError(f"{api.name}: the patching webhook was never called: {status} {answer}")
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._dir.cleanup()
 
 
 @pytest.fixture(scope="module")
