@@ -496,6 +496,7 @@ def test_first_available_all_mode_over_the_limit_matches_upstream() -> None:
 
 _V5 = f"device.attributes['{GPU}'].generation == 'v5'"
 _V6 = f"device.attributes['{GPU}'].generation == 'v6'"
+_ALL_V5 = sub("sub-1", selectors=sel(_V5), allocationMode="All")
 
 
 def test_a_second_all_subrequest_gets_the_devices_of_the_first_in_1_34() -> None:
@@ -528,10 +529,41 @@ def test_a_second_all_subrequest_gets_the_devices_of_the_first_in_1_34() -> None
     claims = [claim(first_available("req-0", subs[0], tolerant))]
     assert picks(explain_gated(claims, tainted, kubernetes_version="1.34")) == [("req-0/sub-1", GPU, "p1", "d1")]
     assert picks(explain_gated(claims, tainted, kubernetes_version="1.35")) == [("req-0/sub-1", GPU, "p1", "d2")]
-    # Only the first two: a third subrequest is checked under its own key.
+    # Only the first two: a third subrequest is checked under its own key (and fails here as the
+    # next test says: after its first device it goes on as sub-0, which has no devices).
     exact_second = (subs[0], sub("sub-1", selectors=sel(_V6)), sub("sub-2", selectors=sel(_V5), allocationMode="All"))
     three = [claim(first_available("req-0", *exact_second))]
-    assert picks(explain(three, cluster, kubernetes_version="1.34")) == [("req-0/sub-2", GPU, "p1", "d1")]
+    old = explain(three, cluster, kubernetes_version="1.34")
+    assert not old.satisfiable
+    assert not old.nodes[0].notes
+    assert picks(explain(three, cluster, kubernetes_version="1.35")) == [("req-0/sub-2", GPU, "p1", "d1")]
+
+
+def test_an_all_subrequest_after_the_first_keeps_one_device_in_1_34() -> None:
+    # kube-scheduler 1.34.4 looks for the next device of an All subrequest as the first
+    # subrequest's (its recursion drops the subrequest index; found by
+    # tests/realkube/test_explain_scheduler.py, seed 21/1.34/L0/C1): it keeps its first device and
+    # the first subrequest supplies the rest. 1.35 fixed it (upstream:
+    # prioritized-list-allocation-mode-all-with-selectors-multiple-pools, 1.35 table).
+    cluster = [
+        rslice("s1", "n1", "p1", *(dev(f"d{i}", {"generation": g}) for i, g in enumerate(("v5", "v6", "v5")))),
+        device_class(),
+    ]
+    two_v6 = [claim(first_available("req-0", sub("sub-0", count=2, selectors=sel(_V6)), _ALL_V5))]
+    assert picks(explain(two_v6, cluster, kubernetes_version="1.34")) == [
+        ("req-0/sub-1", GPU, "p1", "d0"),
+        ("req-0/sub-0", GPU, "p1", "d1"),
+    ]
+    assert picks(explain(two_v6, cluster, kubernetes_version="1.35")) == [
+        ("req-0/sub-1", GPU, "p1", "d0"),
+        ("req-0/sub-1", GPU, "p1", "d2"),
+    ]
+    # With the first subrequest asking for one device the All one stops at its first: a device
+    # in use after it does not matter in 1.34.
+    one_v6 = [claim(first_available("req-0", sub("sub-0", selectors=sel(_V6)), _ALL_V5))]
+    busy = [*cluster, allocated("other", (GPU, "p1", "d1"), (GPU, "p1", "d2"))]
+    assert picks(explain(one_v6, busy, kubernetes_version="1.34")) == [("req-0/sub-1", GPU, "p1", "d0")]
+    assert not explain(one_v6, busy, kubernetes_version="1.35").satisfiable
 
 
 # ----------------------------------------------------------------------------- constraints

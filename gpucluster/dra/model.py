@@ -71,6 +71,11 @@ class Semantics:
     # second subrequest under the first one's key of its device-match cache); its own class and
     # selectors are never evaluated. Fixed in 1.35.
     second_all_subrequest_reuses_first: bool
+    # 1.34: an All subrequest after the first, once it has its first device, goes on as the first
+    # subrequest of its list from the second device on (upstream's recursion for the next device
+    # drops the subrequest index): it keeps one device and the first subrequest supplies the rest,
+    # if it can. Fixed in 1.35.
+    all_subrequest_goes_on_as_first: bool
     # The other feature gates (gpucluster.dra.gates), in effect for this explanation.
     admin_access: bool = True
     prioritized_list: bool = True
@@ -99,6 +104,7 @@ class Semantics:
             combinations=minor >= 36,
             binding_conditions=enabled[g.BINDING_CONDITIONS],
             second_all_subrequest_reuses_first=minor == 34,
+            all_subrequest_goes_on_as_first=minor == 34,
             admin_access=enabled[g.ADMIN_ACCESS],
             prioritized_list=enabled[g.PRIORITIZED_LIST],
             device_taints=enabled[g.DEVICE_TAINTS],

@@ -13,7 +13,9 @@ Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/st
 - ``firstAvailable`` tries subrequests in order; a subrequest that would exceed the 32-results
   limit of a claim makes the search try the next one; in 1.34, when the first two both ask for
   All devices, the second gets the devices the first one's class and selectors match (upstream
-  checks it under the first one's key of its device-match cache);
+  checks it under the first one's key of its device-match cache), and an All subrequest after
+  the first keeps only its first device, the first subrequest going on from there (upstream's
+  recursion drops the subrequest index);
 - ``allocationMode: All`` fixes the devices up front; one of them in use, tainted or out of
   counters means no solution, one violating a claim constraint is an error;
 - a device in use (allocated to another claim, or being allocated for this pod) is skipped
@@ -1023,8 +1025,10 @@ class NodeSearch:
             entry = req.all_devices[di]
             if not self._allocate_device(req, entry, must=True):
                 return False
+            # 1.34: the next device is looked for as the first subrequest's (Semantics).
+            next_si = 0 if self.sem.all_subrequest_goes_on_as_first else si
             try:
-                done = self._allocate_one(ci, ri, si, di + 1, in_sub, 0)
+                done = self._allocate_one(ci, ri, next_si, di + 1, in_sub, 0)
             except BaseException:
                 self._deallocate(req, entry)
                 raise
