@@ -13,6 +13,7 @@ from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
 from gpucluster.dra.quantity import Quantity, QuantityError
+from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
@@ -85,62 +86,11 @@ def go_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _regex_error(message: str, regex: str, *examples: str) -> str:
-    """validation.RegexError."""
-    shown = "".join(f"{' or ' if i else ''}'{e}', " for i, e in enumerate(examples))
-    return f"{message} ({'e.g. ' + shown if examples else ''}regex used for validation is '{regex}')"
-
-
-_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QNAME = re.compile(f"^{_QNAME_FMT}$")
-_QNAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-)
-_LABEL_VALUE = re.compile(f"^({_QNAME_FMT})?$")
-_LABEL_VALUE_MSG = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
-    "start and end with an alphanumeric character"
-)
-
-
 def subdomain_errors(value: str) -> list[str]:
     """validation.IsDNS1123Subdomain."""
     out = ["must be no more than 253 characters"] if len(value) > 253 else []
     if not DNS1123_SUBDOMAIN.match(value):
         out.append(_SUBDOMAIN_MSG)
-    return out
-
-
-def qualified_name_errors(value: str) -> list[str]:
-    """validation.IsQualifiedName: ``[prefix/]name``, the form of label keys."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return [
-            "a qualified name "
-            + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    out: list[str] = []
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        out += (
-            ["prefix part must be non-empty"] if not prefix else [f"prefix part {m}" for m in subdomain_errors(prefix)]
-        )
-    if not name:
-        out.append("name part must be non-empty")
-    elif len(name) > 63:
-        out.append("name part must be no more than 63 characters")
-    if not _QNAME.match(name):
-        out.append("name part " + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
-    return out
-
-
-def label_value_errors(value: str) -> list[str]:
-    """validation.IsValidLabelValue."""
-    out = ["must be no more than 63 characters"] if len(value) > 63 else []
-    if not _LABEL_VALUE.match(value):
-        out.append(_regex_error(_LABEL_VALUE_MSG, f"({_QNAME_FMT})?", "MyValue", "my_value", "12345"))
     return out
 
 
