@@ -96,7 +96,20 @@ def test_informer_relists_after_410(threaded: SandboxThread, api: client.ApiClie
         assert informer.cache.get_by_key("informed/after") is not None
         assert any(isinstance(e, ApiException) and e.status == 410 for e in errors)
     finally:
-        informer.stop()
+        _stop(informer, v1)
+
+
+def _stop(informer: SharedInformer, v1: client.CoreV1Api) -> None:
+    """The client's informer looks at its stop flag only between events, and its watch has no
+    timeout: send events until the stop has gone through (a quiet watch would block it for good)."""
+    stopper = threading.Thread(target=informer.stop, daemon=True)
+    stopper.start()
+    for n in range(100):
+        stopper.join(0.2)
+        if not stopper.is_alive():
+            return
+        v1.create_namespaced_config_map("informed", {"metadata": {"name": f"wake-{n}"}})
+    raise AssertionError("the informer did not stop")
 
 
 def test_faults_fail_then_recover(threaded: SandboxThread, api: client.ApiClient) -> None:
