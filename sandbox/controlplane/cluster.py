@@ -9,6 +9,7 @@ Every component runs as a child process under its own identity (see :mod:`.pki`)
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -27,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from sandbox.controlplane import build, pki
 
@@ -126,6 +129,7 @@ class ControlPlane:
         self.apiserver_port = 0
         self.scheduler_port = 0
         self.node_names: list[str] = []
+        self._admin_ssl: ssl.SSLContext | None = None
 
     # ------------------------------------------------------------------ addresses and files
 
@@ -338,22 +342,25 @@ class ControlPlane:
             decoded: dict[str, object] = json.loads(resp.read() or b"{}")
             return decoded
 
-    def _admin_context(self) -> ssl.SSLContext:
+    def admin_cert(self) -> tuple[Path, Path]:
+        """The admin's client certificate and key as files (what the admin kubeconfig holds inline)."""
         assert self.pki is not None
-        ctx = ssl.create_default_context(cafile=str(self.pki.ca_file))
-        cert = self.pki.path("admin-client.crt")
+        cert, key = self.pki.path("admin-client.crt"), self.pki.path("admin-client.key")
         if not cert.exists():
-            import base64
-
-            import yaml
-
             user = yaml.safe_load(self.admin_kubeconfig.read_text())["users"][0]["user"]
-            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-            key = self.pki.path("admin-client.key")
             key.write_bytes(base64.b64decode(user["client-key-data"]))
             key.chmod(0o600)
-        ctx.load_cert_chain(cert, self.pki.path("admin-client.key"))
-        return ctx
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+        return cert, key
+
+    def _admin_context(self) -> ssl.SSLContext:
+        # Built once: readiness checks poll with it every 100 ms.
+        if self._admin_ssl is None:
+            assert self.pki is not None
+            ctx = ssl.create_default_context(cafile=str(self.pki.ca_file))
+            ctx.load_cert_chain(*self.admin_cert())
+            self._admin_ssl = ctx
+        return self._admin_ssl
 
     def _apiserver_ready(self) -> bool:
         with urllib.request.urlopen(self.server + "/readyz", context=self._admin_context(), timeout=5) as resp:

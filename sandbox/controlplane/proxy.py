@@ -22,19 +22,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpucluster.clusterstate import metadata as meta
+from gpucluster.kube.predicates import pod_ready
 from sandbox.controlplane.pki import SERVICE_CIDR
 from sandbox.sim.endpoints import resolve_target_port, selects
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.controlplane.proxy")
 SERVICE_NET = ipaddress.ip_network(SERVICE_CIDR)
-
-
-def _ready(pod: Obj) -> bool:
-    status = pod.get("status") or {}
-    return bool(status.get("podIP")) and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
 
 
 def _loopback(ip: str) -> bool:
@@ -51,7 +45,7 @@ def backends(service: Obj, port: Obj, pods: Iterable[Obj]) -> list[tuple[str, in
     for pod in pods:
         if meta(pod).get("namespace") != namespace or meta(pod).get("deletionTimestamp"):
             continue
-        if not selects(service, pod) or not _ready(pod):
+        if not selects(service, pod) or not pod_ready(pod) or not (pod.get("status") or {}).get("podIP"):
             continue
         target = resolve_target_port(port, pod)
         ip = str(pod["status"]["podIP"])

@@ -18,6 +18,7 @@ import json
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from gpucluster.kube.predicates import pod_ready
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.resources import Registry, ResourceType
 from sandbox.apiserver.store import DELETED, Event
@@ -46,13 +47,6 @@ def selects(service: Obj, pod: Obj) -> bool:
         return False
     labels = meta(pod).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def _ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 def resolve_target_port(port: Obj, pod: Obj) -> int | None:
@@ -90,7 +84,7 @@ def desired(service: Obj, pods: Iterable[Obj]) -> list[tuple[list[Obj], list[Obj
                 entry["appProtocol"] = sp["appProtocol"]
             ports.append(entry)
         terminating = bool(meta(pod).get("deletionTimestamp"))
-        ready = _ready(pod)
+        ready = pod_ready(pod)
         endpoint: Obj = {
             "addresses": [str(ip)],
             "conditions": {"ready": ready and not terminating, "serving": ready, "terminating": terminating},
@@ -256,7 +250,7 @@ def _endpoint_changed(old: Obj, new: Obj) -> bool:
             bool(meta(p).get("deletionTimestamp")),
             st.get("podIP"),
             st.get("phase"),
-            _ready(p),
+            pod_ready(p),
             (p.get("spec") or {}).get("nodeName"),
         )
 

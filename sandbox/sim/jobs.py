@@ -23,6 +23,7 @@ import datetime as dt
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from gpucluster.kube.predicates import pod_ready
 from sandbox.apiserver.core import ApiCore
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.store import DELETED, Event
@@ -53,13 +54,6 @@ def _controller_uid(obj: Obj) -> str | None:
 def _condition(status: Obj, kind: str) -> Obj | None:
     return next(
         (c for c in status.get("conditions") or [] if c.get("type") == kind and c.get("status") == "True"), None
-    )
-
-
-def _pod_ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
     )
 
 
@@ -209,7 +203,7 @@ class JobController(Controller):
                     for _ in range(wanted - len(active)):
                         active.append(await self._create_pod(job, ctx))
             elif len(active) > wanted:
-                surplus = sorted(active, key=lambda p: (_pod_ready(p), str(meta(p).get("creationTimestamp"))))
+                surplus = sorted(active, key=lambda p: (pod_ready(p), str(meta(p).get("creationTimestamp"))))
                 for p in surplus[: len(active) - wanted]:
                     await self._delete_pod(rt_pods, p, ctx)
                     active.remove(p)
@@ -222,7 +216,7 @@ class JobController(Controller):
                 add("Failed", str(failure.get("reason")), str(failure.get("message")))
         status.update(
             active=len(active),
-            ready=sum(1 for p in active if _pod_ready(p)),
+            ready=sum(1 for p in active if pod_ready(p)),
             terminating=len(deleting),
             succeeded=succeeded,
             failed=failed,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from typing import Any
 
@@ -19,7 +18,7 @@ import yaml
 
 from gpucluster.commands.run import CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD, RunOptions, chart_crds
 from sandbox.controlplane import build
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from sandbox.controlplane.cluster import ClusterOptions, ControlPlane, free_port
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
@@ -49,12 +48,6 @@ def require_kube(version: str | None = None) -> build.Binaries:
 
 def backends() -> list[str]:
     return [SANDBOX, KUBE]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_kube(*, nodes: int = 3, gpus_per_node: int = 8, mix: str = "h100", node_agent: bool = True) -> ControlPlane:

@@ -4,11 +4,9 @@ and ``apis`` (both, for cases that must agree)."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
 from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from sandbox.server import SandboxThread
@@ -29,12 +27,8 @@ def kube() -> Iterator[ControlPlane]:
 
 
 def kube_client(plane: ControlPlane) -> Api:
-    user = yaml.safe_load(plane.admin_kubeconfig.read_text())["users"][0]["user"]
     assert plane.pki is not None
-    cert, key = plane.pki.path("test-admin.crt"), plane.pki.path("test-admin.key")
-    cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-    key.write_bytes(base64.b64decode(user["client-key-data"]))
-    return Api("kube", plane.server, plane.pki.ca_file, admin_cert=(cert, key))
+    return Api("kube", plane.server, plane.pki.ca_file, admin_cert=plane.admin_cert())
 
 
 @pytest.fixture(scope="module")
