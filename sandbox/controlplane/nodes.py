@@ -51,6 +51,7 @@ from sandbox.sim.kubelet import (
     plugin_pod,
     reserved_for,
     running_status,
+    seconds_left,
     terminated_status,
 )
 
@@ -278,7 +279,7 @@ class NodeRunner:
         md = meta(pod)
         if running is not None:
             if not running.finished:
-                running.terminate(_seconds_left(md.get("deletionTimestamp")))
+                running.terminate(seconds_left(md.get("deletionTimestamp"), dt.datetime.now(dt.UTC)))
                 if not running.finished:
                     await self.write_status(pod, process.pod_status(pod, running, now, image_id))
                     return  # the runtime notifies once its processes are down
@@ -459,14 +460,6 @@ def referenced(pod: Obj) -> list[tuple[str, str]]:
             if (cm := ref.get("configMapKeyRef")) and cm.get("name"):
                 out.add(("configmaps", str(cm["name"])))
     return sorted(out)
-
-
-def _seconds_left(deletion_timestamp: Any) -> float:
-    try:
-        when = dt.datetime.strptime(str(deletion_timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return 0.0
-    return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
 
 
 async def serve(args: argparse.Namespace) -> None:

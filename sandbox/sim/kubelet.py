@@ -483,7 +483,8 @@ class Kubelet(Controller):
         md = meta(pod)
         if running is not None:
             if not running.finished:
-                running.terminate(_seconds_left(md.get("deletionTimestamp"), self.core))
+                now_dt = self.core.clock() if self.core.clock else dt.datetime.now(dt.UTC)
+                running.terminate(seconds_left(md.get("deletionTimestamp"), now_dt))
                 if not running.finished:
                     await self._write_status(pod, process.pod_status(pod, running, now, image_id))
                     return  # the runtime wakes us once its processes are down
@@ -516,12 +517,12 @@ class Kubelet(Controller):
         )
 
 
-def _seconds_left(deletion_timestamp: Any, core: ApiCore) -> float:
+def seconds_left(deletion_timestamp: Any, now: dt.datetime) -> float:
+    """What remains of a pod's grace period at ``now`` (0 once over, or for an unreadable timestamp)."""
     try:
         when = dt.datetime.strptime(str(deletion_timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
         return 0.0
-    now = core.clock() if core.clock else dt.datetime.now(dt.UTC)
     return max((when - now).total_seconds(), 0.0)
 
 
