@@ -92,6 +92,11 @@ def up(args: argparse.Namespace) -> int:
     except (ValueError, builder.BuildError) as exc:
         raise InputError(str(exc)) from None
     gates = parse_gates(args.feature_gates)
+    out = Path(args.kubeconfig_out)
+    if not out.parent.is_dir():
+        raise InputError(f"--kubeconfig-out {out}: no such directory {out.parent}")
+    if args.workdir and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        raise InputError(f"--workdir {args.workdir}: not a directory")
     if args.build:
         try:
             builder.build(args.version, say=_say)
@@ -106,7 +111,6 @@ def up(args: argparse.Namespace) -> int:
         plane.up()
     except ControlPlaneError as exc:
         raise InputError(str(exc)) from None
-    out = Path(args.kubeconfig_out)
     shutil.copyfile(plane.admin_kubeconfig, out)
     out.chmod(0o600)
     run_until_signal(

@@ -92,6 +92,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         (["--nodes", "0"], "--nodes 0"),
         (["--mix", "v100"], "unknown GPU model"),
         (["--feature-gates", "DRAAdminAccess"], "expected Name=true or Name=false"),
+        (["--kubeconfig-out", "/nonexistent-dir/kube.kubeconfig"], "no such directory /nonexistent-dir"),
+        (["--workdir", "/etc/hostname"], "not a directory"),
     ):
         done = subprocess.run([GPUCLUSTER, "cluster", "up", *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, (args, done.stderr)
