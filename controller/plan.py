@@ -26,6 +26,8 @@ import orjson
 from pydantic import ValidationError
 
 from controller.drift import matches, project
+from controller.holders import claim_holders, pod_count
+from controller.holders import describe as describe_holders
 from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
 from controller.status import (
     DELETING,
@@ -191,6 +193,7 @@ class Observed:
     label_errors: Mapping[str, tuple[int | None, str]] = field(default_factory=dict)  # node -> (status, error)
     slices: Sequence[KubeObject] = ()
     claims: Sequence[KubeObject] = ()
+    templates: Sequence[KubeObject] = ()  # the ResourceClaimTemplates we created for translated pods
     previous_conflicts: frozenset[str] = frozenset()
 
     def live(self, key: Key) -> tuple[bool, KubeObject | None]:
@@ -360,12 +363,25 @@ def _prune(uid: str, desired: set[Key], owned: Sequence[KubeObject]) -> list[Del
 
 
 def _plan_deletion(cluster: KubeObject, observed: Observed, out: Plan) -> None:
-    """Foreground-delete the claim-consuming DaemonSets, wait for them, then drop the finalizer."""
+    """Take the stack down in an order that lets the kubelet unprepare every claim first.
+
+    1. Our DeviceClasses go: nothing new is allocated from the NVIDIA drivers.
+    2. The claim-consuming DaemonSets (admin-access claims) are foreground-deleted.
+    3. Wait while any pod still holds a claim of the NVIDIA drivers: the kubelet plugin, which
+       the garbage collector deletes only once the finalizer is gone, must be there to unprepare it.
+    4. The claim templates we created for translated pods go.
+    5. The finalizer goes; the garbage collector deletes the remaining operands.
+    """
     meta = metadata(cluster)
     if FINALIZER not in (meta.get("finalizers") or []):
         return
     uid = str(meta.get("uid") or "")
     draining = []
+    for obj in observed.owned:
+        if not owned_by(obj, uid) or metadata(obj).get("deletionTimestamp"):
+            continue
+        if obj.get("kind") == "DeviceClass":
+            out.writes.append(Delete(obj))
     for ds in observed.owned:
         if ds.get("kind") != "DaemonSet":
             continue
@@ -375,15 +391,27 @@ def _plan_deletion(cluster: KubeObject, observed: Observed, out: Plan) -> None:
         draining.append(str(metadata(ds).get("name")))
         if not metadata(ds).get("deletionTimestamp"):
             out.writes.append(Delete(ds, propagation="Foreground"))
-    if not draining:
-        out.writes.append(RemoveFinalizer(cluster))
+    holding = claim_holders(observed.claims)
+    if draining or holding:
+        waits = []
+        if draining:
+            waits.append(f"ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}")
+        if holding:
+            waits.append(
+                f"{pod_count(holding)} pod(s) holding devices of the NVIDIA DRA drivers to end, so that the kubelet "
+                f"plugin can release them first: {describe_holders(holding)}"
+            )
+        message = "Waiting for " + "; and for ".join(waits)
+        out.statuses.append(Status(cluster, "notReady", DELETING, f"deleting: {message}"))
+        # Every reconcile while it lasts: the recorder bumps one Event's count (kubectl shows how long
+        # the drain has been waiting), never a new Event object per pass.
+        out.events.append(Event(cluster, "Normal", DRAINING, message))
+        out.requeue = 5.0
         return
-    message = f"Waiting for ResourceClaim-consuming DaemonSet(s) to terminate: {', '.join(sorted(draining))}"
-    out.statuses.append(Status(cluster, "notReady", DELETING, f"deleting: {message}"))
-    # Every reconcile while it lasts: the recorder bumps one Event's count (kubectl shows how long
-    # the drain has been waiting), never a new Event object per pass.
-    out.events.append(Event(cluster, "Normal", DRAINING, message))
-    out.requeue = 5.0
+    templates = [t for t in observed.templates if not metadata(t).get("deletionTimestamp")]
+    for template in templates:
+        out.writes.append(Delete(template, propagation="Background"))
+    out.writes.append(RemoveFinalizer(cluster))
 
 
 def summarize(messages: Sequence[str], limit: int = 1000) -> str:

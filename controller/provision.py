@@ -209,6 +209,7 @@ class Provisioner:
         *,
         event: EventSink,
         leads: Callable[[], bool] = lambda: True,
+        accepting: Callable[[], bool] = lambda: True,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         registry: CollectorRegistry | None = None,
         min_interval: float = 0.05,
@@ -217,6 +218,7 @@ class Provisioner:
         self.kube = kube
         self.event = event
         self.leads = leads
+        self.accepting = accepting
         self.grace_period = grace_period
         self.min_interval = min_interval
         self.clock = clock
@@ -274,8 +276,9 @@ class Provisioner:
         live_uids = {str(metadata(p).get("uid")) for p in pods}
         for pod, why in result.refused:
             await self._report(pod, "Warning", REFUSED_REASON, f"gpucluster provisions no claim template: {why}")
-        for key, template in result.create.items():
-            await self._create(key, template, result.wanted_by[key])
+        if self.accepting():
+            for key, template in result.create.items():
+                await self._create(key, template, result.wanted_by[key])
         templates = self.state.list("ResourceClaimTemplate")
         for template in collectable(
             templates, result.referenced, self.unreferenced_since, self.clock(), self.grace_period

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +139,9 @@ class Reconciler:
     # GPU nodes the node reconciler has not labelled yet (the GPUCluster is not ready until it has).
     unlabelled_nodes: Callable[[], int] = lambda: 0
     label_errors: Callable[[], Mapping[str, tuple[int | None, str]]] = lambda: {}
+    # The ResourceClaimTemplates created for translated pods (controller/provision.py): deleted
+    # before the finalizer goes.
+    provisioned_templates: Callable[[], Sequence[KubeObject]] = lambda: ()
     # Whether the last reconcile rendered operands (GPU nodes should then be labelled).
     active: bool = False
     _served: _Served = field(default_factory=_Served)
@@ -369,6 +372,7 @@ class Reconciler:
             label_errors=dict(self.label_errors()),
             slices=state.list("ResourceSlice"),
             claims=state.list("ResourceClaim"),
+            templates=list(self.provisioned_templates()),
             previous_conflicts=self._conflicts,
         )
 

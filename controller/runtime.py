@@ -173,8 +173,10 @@ class Controller:
         # untranslated while the webhook was down: see controller/provision.py, controller/stranded.py.
         registry = self.metrics.registry
         self.provisioner = Provisioner(
-            kube, event=self.reconciler.event, leads=self._leads, grace_period=template_grace_period, registry=registry
-        )
+            kube, event=self.reconciler.event, leads=self._leads, grace_period=template_grace_period,
+            registry=registry, accepting=self._accepting_templates,
+        )  # fmt: skip
+        self.reconciler.provisioned_templates = lambda: self.provisioner.state.list("ResourceClaimTemplate")
         self.stranded = StrandedPods(self.state, namespace, delete=delete_stranded_pods, registry=registry)
 
     def _resources(self) -> list[Resource]:
@@ -348,6 +350,12 @@ class Controller:
 
     def _leads(self) -> bool:
         return self.elector is None or self.elector.is_leader.is_set()
+
+    def _accepting_templates(self) -> bool:
+        """No claim templates are created while the GPUCluster is being deleted: its finalizer
+        deletes ours, and its DeviceClasses are gone, so a new claim could not be allocated anyway."""
+        cluster = self.state.get("GPUCluster", SINGLETON_NAME)
+        return cluster is None or not metadata(cluster).get("deletionTimestamp")
 
     async def _wait_synced(self, kinds: list[str], stop: asyncio.Event | None = None) -> None:
         reported = ""

@@ -36,6 +36,8 @@ COMMANDS: dict[str, str] = {
     "certs": "generate, rotate and inject the webhook's serving certificates",
     # beyond the contract: the chart's install hook
     "apply": "server-side apply objects, waiting until their admission webhooks can be called",
+    # beyond the contract: the chart's pre-delete hook
+    "cleanup": "delete a release's GPUCluster and NVIDIADriver, refusing while GPU workloads run",
     # beyond the contract: the real control plane the end-to-end tests are judged by
     "cluster": "build and run the real Kubernetes control plane locally, with simulated GPU nodes",
 }

@@ -87,7 +87,10 @@ def build_schema() -> Schema:
     image = {
         "repository": _str("Image repository (registry and path)."),
         "image": _str("Image name."),
-        "version": _str("Image tag, or a sha256: digest."),
+        # What a container image reference takes after ':' or '@' (distribution/reference).
+        "version": _str(
+            "Image tag, or a sha256: digest.", pattern=r"^$|^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$|^sha256:[a-f0-9]{64}$"
+        ),
     }
     tolerations = _strict(spec["daemonsets"]["properties"]["tolerations"])
     webhook_names = sorted(
@@ -249,13 +252,24 @@ def build_schema() -> Schema:
         ),
         "cleanup": _obj(
             {
-                "enabled": _bool("Delete the GPUCluster and wait for its drain before uninstalling."),
-                "image": _str("An image with kubectl."),
-                "imagePullPolicy": pull_policy,
+                "enabled": _bool(
+                    "Delete the GPUCluster and wait for its drain before uninstalling; false leaves it and its "
+                    "operands running."
+                ),
+                "force": _bool(
+                    "Delete the pods that hold ResourceClaims of the NVIDIA drivers instead of refusing to uninstall."
+                ),
                 "timeoutSeconds": {
                     "type": "integer",
                     "minimum": 1,
                     "description": "Seconds to wait for the drain; above 270, pass helm uninstall a --timeout over it + 30 s.",
+                },
+                "image": _str(
+                    "Unused since chart 0.2.0 (the hook runs the operator image); accepted so older values validate."
+                ),
+                "imagePullPolicy": {
+                    **pull_policy,
+                    "description": "Unused since chart 0.2.0; accepted so older values validate.",
                 },
             },
             "The pre-delete hook.",

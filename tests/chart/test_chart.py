@@ -66,7 +66,7 @@ def operator_account(objs: list[Manifest]) -> str:
 
 def test_chart_yaml() -> None:
     chart = helm.chart().metadata
-    assert chart["apiVersion"] == "v2" and chart["name"] == "gpucluster" and chart["version"] == "0.1.0"
+    assert chart["apiVersion"] == "v2" and chart["name"] == "gpucluster" and chart["version"] == "0.2.0"
     # helm install checks this before rendering; the SDK's render does not, validations.yaml does.
     assert chart["kubeVersion"] == ">=1.34.2-0"
     assert chart["appVersion"] and chart["description"] and chart["home"] and chart["sources"]
@@ -561,7 +561,7 @@ def test_validator_image_is_a_value() -> None:
 def test_standard_labels_on_every_object(recipe: Recipe) -> None:
     for obj in render_recipe(recipe):
         labels = obj["metadata"]["labels"]
-        assert labels["helm.sh/chart"] == "gpucluster-0.1.0", (obj.kind, obj.name)
+        assert labels["helm.sh/chart"] == "gpucluster-0.2.0", (obj.kind, obj.name)
         assert labels["app.kubernetes.io/instance"] == helm.RELEASE and labels["app.kubernetes.io/name"] == "gpucluster"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         # Helm sets managed-by=Helm on whatever it installs; the chart says so itself.
@@ -575,30 +575,66 @@ def test_nvidiadriver_only_operator_managed_and_never_auto_upgrades() -> None:
     assert doc.name == helm.chart().values["driver"]["nvidiaDriverCRD"]["name"]
 
 
-def test_pre_delete_hook_deletes_the_gpucluster_and_waits() -> None:
-    objs = render_recipe(DOCS_PREINSTALLED)
+def _hook_rules(objs: list[Any], account: str) -> tuple[list[Any], list[Any]]:
+    """The cluster-wide and release-namespace rules bound to the hooks' ServiceAccount."""
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    cluster: list[Any] = []
+    namespaced: list[Any] = []
+    for kind, role_kind, out in (("ClusterRoleBinding", "ClusterRole", cluster), ("RoleBinding", "Role", namespaced)):
+        for binding in (o for o in objs if o.kind == kind and subject in o["subjects"]):
+            out += next(o for o in objs if o.kind == role_kind and o.name == binding["roleRef"]["name"])["rules"]
+    return cluster, namespaced
+
+
+def test_pre_delete_hook_runs_cleanup_and_refuses_unless_forced() -> None:
+    objs = render_recipe(DOCS_OPERATOR_MANAGED)
     (job,) = [o for o in objs if o.hook == "pre-delete"]
     assert job.kind == "Job"
+    # A refusal fails the uninstall at once: no retry of the hook's pod.
+    assert job["spec"]["backoffLimit"] == 0
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    # Only the GPUCluster this release applied: selected by the instance label the defaults carry.
+    assert container["image"].endswith("/gpucluster:0.1.0")  # the operator image: gpucluster cleanup
+    # Only the GPUCluster and NVIDIADriver this release applied: selected by the instance label they carry.
     default = default_object(objs, "GPUCluster")
     instance = default["metadata"]["labels"]["app.kubernetes.io/instance"]
-    assert container["args"][:3] == [
-        "delete",
-        "gpuclusters.nvidia.com",
-        f"--selector=app.kubernetes.io/instance={instance}",
-    ]
+    assert container["args"][:2] == ["cleanup", f"--selector=app.kubernetes.io/instance={instance}"]
+    assert (
+        f"--driver-selector=app.kubernetes.io/instance={instance},app.kubernetes.io/component=driver"
+        in (container["args"])
+    )
+    assert f"--namespace={NAMESPACE}" in container["args"] and "--force" not in container["args"]
     assert default.name == gc.SINGLETON_NAME
-    assert "--wait" in container["args"]
-    # The hook's ServiceAccount may delete (and wait for) the GPUCluster.
     account = job["spec"]["template"]["spec"]["serviceAccountName"]
-    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
-    rules = []
-    for binding in (o for o in objs if o.kind == "ClusterRoleBinding" and subject in o["subjects"]):
-        rules += next(o for o in objs if o.kind == "ClusterRole" and o.name == binding["roleRef"]["name"])["rules"]
+    rules, namespaced = _hook_rules(objs, account)
     for verb in ("get", "list", "watch", "delete"):
         assert allowed(rules, "nvidia.com", "gpuclusters", verb), verb
+        assert allowed(rules, "nvidia.com", "nvidiadrivers", verb), verb
+    # It reads which pods hold claims, tells the operands' pods apart, and deletes no pod unless forced.
+    assert allowed(rules, "resource.k8s.io", "resourceclaims", "list")
+    assert allowed(namespaced, "", "pods", "list")
+    assert not allowed(rules, "", "pods", "delete") and not allowed(namespaced, "", "pods", "delete")
+
+    forced = render_recipe(DOCS_OPERATOR_MANAGED, "cleanup.force=true")
+    (job,) = [o for o in forced if o.hook == "pre-delete"]
+    assert "--force" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    rules, _ = _hook_rules(forced, account)
+    assert allowed(rules, "", "pods", "delete")
     assert "pre-delete" not in {o.hook for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
+
+
+def test_defaults_hook_runs_after_install_upgrade_and_rollback() -> None:
+    (job,) = [o for o in render_recipe(DOCS_PREINSTALLED) if o.kind == "Job" and o.hook and "post-install" in o.hook]
+    assert set(job.hook.split(",")) == {"post-install", "post-upgrade", "post-rollback"}
+
+
+def test_notes_upgrade_command_renders_on_the_default_install() -> None:
+    """The command NOTES print after a default install is itself a valid set of values."""
+    notes = helm.render_text([])["gpucluster/templates/NOTES.txt"]
+    command = notes[notes.index("helm upgrade") : notes.index("\n\n", notes.index("helm upgrade"))]
+    flags = [part for part in command.replace("\\\n", " ").split() if "=" in part and not part.startswith("--")]
+    assert "gpuCluster.enabled=true" in flags and "driver.enabled=false" in flags
+    objs = render_recipe(Recipe("notes", tuple(flags)))
+    assert default_object(objs, "GPUCluster").name == gc.SINGLETON_NAME
 
 
 def test_notes_carry_the_docs_validation_steps() -> None:

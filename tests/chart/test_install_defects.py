@@ -53,16 +53,21 @@ def test_default_objects_are_applied_by_a_post_install_hook_not_created_by_helm(
         assert ("NVIDIADriver" in defaults) == (recipe is DOCS_OPERATOR_MANAGED)
         job = one(objs, "Job", "defaults")
         annotations = job["metadata"]["annotations"]
-        assert annotations["helm.sh/hook"] == "post-install,post-upgrade"
+        assert annotations["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
         pod = job["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         assert container["args"][0] == "apply" and "--filename=/etc/gpucluster/defaults" in container["args"]
         config_map = one(objs, "ConfigMap", "defaults")
         assert pod["volumes"][0]["configMap"]["name"] == config_map.name
         assert not config_map.hook  # a release object: it exists when the post-install hook runs
-        # The hook runs under its own identity, which may write the default objects and nothing else.
+        # The hooks run under their own identity, which may write the default objects and nothing else
+        # (the pre-delete hook also lists ResourceClaims, to refuse while pods hold GPUs).
         hook_rules = rules_of(objs, "ClusterRole", "hooks")
-        assert {g for r in hook_rules for g in r["apiGroups"]} == {"nvidia.com"}
+        writes = {"create", "update", "patch", "delete", "deletecollection"}
+        assert {g for r in hook_rules if writes & set(r["verbs"]) for g in r["apiGroups"]} == {"nvidia.com"}
+        assert {(r["apiGroups"][0], tuple(r["verbs"])) for r in hook_rules if r["apiGroups"] != ["nvidia.com"]} == {
+            ("resource.k8s.io", ("list",))
+        }
         assert pod["serviceAccountName"] == one(objs, "ServiceAccount", "hooks").name
 
 
@@ -117,12 +122,12 @@ def test_cleanup_hook_fits_helms_default_timeout() -> None:
 def test_cleanup_deletes_the_nvidiadriver_the_chart_created() -> None:
     job = one(render_recipe(DOCS_OPERATOR_MANAGED), "Job", "cleanup")
     pod = job["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["initContainers"]] == ["delete-gpucluster"]
-    assert [c["name"] for c in pod["containers"]] == ["delete-nvidiadriver"]
+    assert "initContainers" not in pod and [c["name"] for c in pod["containers"]] == ["cleanup"]
     args = pod["containers"][0]["args"]
-    assert "nvidiadrivers.nvidia.com" in args
     # Only the NVIDIADriver this release created, never one an admin made with the same name.
-    assert "--selector=app.kubernetes.io/instance=gpu-operator,app.kubernetes.io/component=driver" in args
+    assert "--driver-selector=app.kubernetes.io/instance=gpu-operator,app.kubernetes.io/component=driver" in args
+    pre_installed = one(render_recipe(DOCS_PREINSTALLED), "Job", "cleanup")["spec"]["template"]["spec"]
+    assert not [a for a in pre_installed["containers"][0]["args"] if a.startswith("--driver-selector")]
 
 
 # 7. A silent no-op: clusterPolicy.enabled without gpuCluster.enabled installed nothing.

@@ -169,21 +169,70 @@ def test_unlabelled_gpu_nodes_keep_the_cluster_not_ready() -> None:
     assert status.state == "notReady" and "DRA labels of 3 nodes" in status.message
 
 
+def _allocated_claim(namespace: str, name: str, pod: str, driver: str = "gpu.nvidia.com") -> Obj:
+    return {
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": driver, "pool": "n1", "device": "g0"}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}],
+        },
+    }
+
+
 def test_deletion_drains_claim_consumers_first_then_drops_the_finalizer() -> None:
     cached, _ = installed()
     consumers = [
         o for o in cached.values() if o["kind"] == "DaemonSet" and o["spec"]["template"]["spec"].get("resourceClaims")
     ]
-    assert consumers
+    classes = [o for o in cached.values() if o["kind"] == "DeviceClass"]
+    assert consumers and classes
     deleting = gpucluster(deletionTimestamp="2026-01-01T00:00:00Z")
     out = plan(observed(deleting, owned=list(cached.values())))
-    assert {key_of(w.obj) for w in out.writes if isinstance(w, Delete)} == {key_of(c) for c in consumers}
-    assert all(isinstance(w, Delete) and w.propagation == "Foreground" for w in out.writes)
+    deletes = [w for w in out.writes if isinstance(w, Delete)]
+    assert len(deletes) == len(out.writes)
+    # The DeviceClasses first (nothing new is allocated), then the claim consumers, in the foreground.
+    assert {key_of(w.obj) for w in deletes} == {key_of(c) for c in consumers + classes}
+    assert {key_of(w.obj) for w in deletes if w.propagation == "Foreground"} == {key_of(c) for c in consumers}
     [status] = out.statuses
     assert status.reason == DELETING
-    others = [o for o in cached.values() if o not in consumers]
+    others = [o for o in cached.values() if o not in consumers and o not in classes]
     done = plan(observed(deleting, owned=others))
     assert [type(w) for w in done.writes] == [RemoveFinalizer]
+
+
+def test_deletion_waits_while_pods_hold_nvidia_claims_then_deletes_our_templates() -> None:
+    cached, _ = installed()
+    rest = [o for o in cached.values() if o["kind"] not in ("DeviceClass",)]
+    rest = [o for o in rest if not (o["kind"] == "DaemonSet" and o["spec"]["template"]["spec"].get("resourceClaims"))]
+    deleting = gpucluster(deletionTimestamp="2026-01-01T00:00:00Z")
+    claims = [
+        _allocated_claim("team-a", "train-gpu-x1", "train"),
+        _allocated_claim("team-b", "cd-x", "worker", driver="compute-domain.nvidia.com"),
+        _allocated_claim("team-c", "other-x", "other", driver="example.com"),  # not a device of ours
+        {"kind": "ResourceClaim", "metadata": {"name": "pending", "namespace": "team-d"}, "status": {}},
+    ]
+    template = {
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpucluster-abc", "namespace": "team-a", "uid": "t1"},
+    }
+    waiting = plan(observed(deleting, owned=rest, claims=claims, templates=[template]))
+    # The kubelet plugin must outlive every prepared claim: no finalizer removal, no template deletion yet.
+    assert waiting.writes == []
+    [status] = waiting.statuses
+    assert status.reason == DELETING and status.state == "notReady"
+    assert "2 pod(s) holding devices" in status.message
+    assert "team-a/train (claim train-gpu-x1)" in status.message and "team-b/worker" in status.message
+    assert "team-c" not in status.message
+    assert [e.reason for e in waiting.events] == ["DrainingClaimConsumers"]
+    assert waiting.requeue == 5.0
+    # Once released (reservedFor empty), our templates go, then the finalizer.
+    released = [{**c, "status": {**c["status"], "reservedFor": []}} for c in claims]
+    done = plan(observed(deleting, owned=rest, claims=released, templates=[template]))
+    assert [type(w) for w in done.writes] == [Delete, RemoveFinalizer]
+    assert done.writes[0].obj is template  # type: ignore[union-attr]
 
 
 def test_summaries_name_what_changed_within_the_length_limit() -> None:
