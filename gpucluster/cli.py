@@ -38,6 +38,8 @@ COMMANDS: dict[str, str] = {
     "apply": "server-side apply objects, waiting until their admission webhooks can be called",
     # beyond the contract: the chart's pre-delete hook
     "cleanup": "delete a release's GPUCluster and NVIDIADriver, refusing while GPU workloads run",
+    # beyond the contract: the chart's pre-upgrade hook for releases of chart 0.1.0
+    "handover": "mark a Helm release's objects helm.sh/resource-policy=keep before an upgrade drops them",
     # beyond the contract: the real control plane the end-to-end tests are judged by
     "cluster": "build and run the real Kubernetes control plane locally, with simulated GPU nodes",
 }

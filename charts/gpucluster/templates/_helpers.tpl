@@ -218,6 +218,10 @@ annotations:
 {{ include "gpucluster.fullname" . | trunc 57 | trimSuffix "-" }}-hooks
 {{- end -}}
 
+{{- define "gpucluster.handoverName" -}}
+{{ include "gpucluster.fullname" . | trunc 54 | trimSuffix "-" }}-handover
+{{- end -}}
+
 {{/* The default GPUCluster, applied by the install/upgrade hook. */}}
 {{- define "gpucluster.defaultGPUCluster" -}}
 apiVersion: nvidia.com/v1alpha1
@@ -280,6 +284,11 @@ spec:
 placement and pull secrets. */}}
 {{- define "gpucluster.hookPodSettings" -}}
 serviceAccountName: {{ include "gpucluster.hooksName" . }}
+{{ include "gpucluster.hookPodCommon" . }}
+{{- end -}}
+
+{{/* A hook pod's settings but its ServiceAccount. */}}
+{{- define "gpucluster.hookPodCommon" -}}
 restartPolicy: Never
 securityContext:
   runAsNonRoot: true
