@@ -331,6 +331,7 @@ def _validate(
                     f"Invalid value: {len(value)}: {where} in body should have at least {schema['minItems']} items",
                 )
             )
+        causes += _list_type_causes(value, schema, path)
         items = schema.get("items")
         if isinstance(items, dict):
             old_items = old if isinstance(old, list) else []
@@ -365,9 +366,88 @@ def _validate(
             causes.append(cause)
 
 
+def _list_type_causes(value: list[Any], schema: Obj, path: str) -> list[Cause]:
+    """x-kubernetes-list-type map and set: an item whose key (or value) came before is a
+    Duplicate, named by its index and its key fields (apiextensions' listtype validation)."""
+    kind = schema.get("x-kubernetes-list-type")
+    if kind not in ("map", "set"):
+        return []
+    keys = list(schema.get("x-kubernetes-list-map-keys") or [])
+    seen: set[str] = set()
+    causes: list[Cause] = []
+    for i, item in enumerate(value):
+        if kind == "map":
+            if not isinstance(item, dict):
+                continue
+            shown = {k: item[k] for k in sorted(keys) if k in item}
+        else:
+            shown = item
+        key = json.dumps(shown, sort_keys=True, separators=(",", ":"))
+        if key in seen:
+            causes.append(("FieldValueDuplicate", f"{path}[{i}]", f"Duplicate value: {key}"))
+        seen.add(key)
+    return causes
+
+
 @lru_cache(maxsize=512)
 def _pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
+
+
+def _quantity_library() -> dict[str, Any]:
+    """Kubernetes' CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go), which
+    kube-apiserver offers CRD rules: ``quantity``, ``isQuantity`` and the Quantity methods."""
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    from gpucluster.dra.quantity import Quantity, QuantityError
+
+    def parse(text: Any) -> Quantity:
+        if not isinstance(text, str):
+            raise CELEvalError("no such overload")
+        try:
+            return Quantity.parse(str(text))
+        except QuantityError as exc:
+            raise CELEvalError(str(exc)) from None
+
+    def is_quantity(text: Any) -> Any:
+        try:
+            parse(text)
+        except CELEvalError:
+            return celtypes.BoolType(False)
+        return celtypes.BoolType(True)
+
+    def operand(value: Any) -> Quantity:
+        if isinstance(value, Quantity):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return Quantity.from_int(int(value))
+        raise CELEvalError("no such overload")
+
+    def as_integer(q: Quantity) -> Any:
+        try:
+            return celtypes.IntType(q.as_integer())
+        except QuantityError:
+            raise CELEvalError("cannot convert value to integer") from None
+
+    return {
+        "quantity": parse,
+        "isQuantity": is_quantity,
+        "sign": lambda q: celtypes.IntType(operand(q).sign()),
+        "isInteger": lambda q: celtypes.BoolType(operand(q).is_integer()),
+        "asInteger": lambda q: as_integer(operand(q)),
+        "asApproximateFloat": lambda q: celtypes.DoubleType(operand(q).as_approximate_float()),
+        "compareTo": lambda q, other: celtypes.IntType(operand(q).cmp(operand(other))),
+        "isLessThan": lambda q, other: celtypes.BoolType(operand(q).cmp(operand(other)) < 0),
+        "isGreaterThan": lambda q, other: celtypes.BoolType(operand(q).cmp(operand(other)) > 0),
+        "add": lambda q, other: operand(q).add(operand(other)),
+        "sub": lambda q, other: operand(q).sub(operand(other)),
+    }
+
+
+@lru_cache(maxsize=1)
+def _library() -> dict[str, Any]:
+    return _quantity_library()
 
 
 @lru_cache(maxsize=512)
@@ -375,7 +455,7 @@ def _compile(rule: str) -> Any:
     import celpy
 
     env = celpy.Environment()
-    return env.program(env.compile(rule))
+    return env.program(env.compile(rule), functions=_library())
 
 
 def _cel_self(value: Any, root: bool) -> Any:

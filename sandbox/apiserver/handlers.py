@@ -99,6 +99,16 @@ def _accept(request: web.Request) -> str:
     raise errors.not_acceptable(accept)
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _go_number(text: str) -> int | float:
+    """A JSON integer as kube-apiserver's unstructured decoding keeps it: an int64, or else a float64
+    (so an integer field given 10**30 is "number", not an int the store cannot hold)."""
+    value = int(text)
+    return value if _INT64[0] <= value <= _INT64[1] else float(value)
+
+
 def _decode_body(raw: bytes, content_type: str) -> Any:
     if content_type == protobuf.MEDIA_TYPE:
         return protobuf.decode(raw)
@@ -107,7 +117,7 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
     try:
         if "yaml" in content_type:
             return yaml.safe_load(raw)
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_go_number)
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
         if "json" in content_type or not content_type:
             # kubectl sometimes sends YAML-looking JSON; be lenient like the universal deserializer
