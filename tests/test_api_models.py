@@ -49,7 +49,7 @@ def test_every_documented_field_is_accepted() -> None:
             "gpus": {
                 "kubeletPlugin": {
                     "env": [{"name": "LOG_LEVEL", "value": "4"}],
-                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": 1}},
+                    "resources": {"limits": {"cpu": 2, "memory": "256Mi"}, "requests": {"cpu": 1}},
                     "healthcheck": {"enabled": False, "port": 6000},
                 }
             },
@@ -119,7 +119,7 @@ def test_every_documented_field_is_accepted() -> None:
         ({"draDriver": {"gpus": {"kubeletPlugin": {"env": [{"value": "x"}]}}}},
          "spec.draDriver.gpus.kubeletPlugin.env[0].name", "Required value"),
         ({"draDriver": {"gpus": {"kubeletPlugin": {"resources": {"limits": {"cpu": "lots"}}}}}},
-         "spec.draDriver.gpus.kubeletPlugin.resources.limits.cpu", "must be a quantity"),
+         "spec.draDriver.gpus.kubeletPlugin.resources.limits.cpu", "must be a non-negative quantity"),
         ({"draDriver": {"gpus": {"kubeletPlugin": {"resources": {"limits": {"cpu": 0.5}}}}}},
          "spec.draDriver.gpus.kubeletPlugin.resources.limits.cpu", "must be integer or string"),
         ({"hostPaths": {"rootFS": 1}}, "spec.hostPaths.rootFS", "must be of type string"),

@@ -103,7 +103,7 @@ def _rbac(ctx: Ctx) -> list[Obj]:
 
 def _service(ctx: Ctx) -> Obj:
     service = ctx.cluster.spec.dcgmExporter.service
-    kind = (service.type if service else None) or "ClusterIP"
+    kind: str = (service.type if service else None) or "ClusterIP"  # ExternalName only unvalidated
     if kind == "ExternalName":
         raise RenderError(
             "spec.dcgmExporter.service.type",

@@ -65,15 +65,17 @@ def _structural(node: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchema:
             )
             if not int_or_string:
                 raise ValueError(f"cannot express union {options} in a structural schema")
-            # The branches' own checks move up: a pattern applies to strings only, a minimum to numbers only.
-            pattern = next((o["pattern"] for o in options if "pattern" in o), None)
-            minimum = next((o["minimum"] for o in options if o.get("type") == "integer" and "minimum" in o), None)
+            # The branches' own checks move up: a pattern applies to strings only, bounds to numbers only.
             node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
             node["x-kubernetes-int-or-string"] = True
-            if pattern is not None:
-                node["pattern"] = pattern
-            if minimum is not None:
-                node["minimum"] = minimum
+            for check in ("pattern", "maxLength"):
+                value = next((o[check] for o in options if o.get("type") == "string" and check in o), None)
+                if value is not None:
+                    node[check] = value
+            for bound in ("minimum", "maximum"):
+                value = next((o[bound] for o in options if o.get("type") == "integer" and bound in o), None)
+                if value is not None:
+                    node[bound] = value
     if node.get("default", NoDefault) is None:
         del node["default"]
     for key in _DROP:

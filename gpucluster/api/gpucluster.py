@@ -8,10 +8,13 @@ applies them and ``gpucluster validate`` shows them.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Final, Literal
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from gpucluster.api import kubefields as kf
 from gpucluster.api.base import (
     Condition,
     EnvVar,
@@ -23,7 +26,6 @@ from gpucluster.api.base import (
     PodSecurityContext,
     Port,
     ResourceRequirements,
-    StringMap,
     Toleration,
 )
 
@@ -163,7 +165,8 @@ class DRADriverSpec(KubeModel):
 class ServiceSpec(KubeModel):
     """The Kubernetes Service of DCGM Exporter."""
 
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] | None = Field(
+    # Not ExternalName: the Service selects the exporter pods.
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = Field(
         default=None, description="How the Service is exposed."
     )
     internalTrafficPolicy: Literal["Cluster", "Local"] | None = Field(
@@ -174,7 +177,9 @@ class ServiceSpec(KubeModel):
 class RelabelConfig(KubeModel):
     """A Prometheus relabeling rule."""
 
-    sourceLabels: list[StrictStr] | None = Field(default=None, description="Source labels to select values from.")
+    sourceLabels: list[Annotated[StrictStr, Field(pattern=kf.PROMETHEUS_LABEL_NAME)]] | None = Field(
+        default=None, description="Source labels to select values from (Prometheus label names)."
+    )
     separator: StrictStr | None = Field(default=None, description="Separator between concatenated values.")
     targetLabel: StrictStr | None = Field(default=None, description="Label the result is written to.")
     regex: StrictStr | None = Field(default=None, description="Regular expression matched against the value.")
@@ -201,7 +206,7 @@ class ServiceMonitorSpec(KubeModel):
     honorLabels: StrictBool | None = Field(
         default=None, description="Keep the scraped labels when they clash with target labels."
     )
-    additionalLabels: StringMap | None = Field(default=None, description="Extra labels on the ServiceMonitor.")
+    additionalLabels: kf.LabelMap | None = Field(default=None, description="Extra labels on the ServiceMonitor.")
     relabelings: list[RelabelConfig] | None = Field(default=None, description="Relabeling rules for targets.")
 
 
@@ -213,13 +218,50 @@ class MetricsConfigSpec(KubeModel):
     )
 
 
+# Container paths of DCGM Exporter's other mounts (controller.operands.dcgm_exporter): a second
+# volume mount there is refused (server-side apply: duplicate entries for key mountPath).
+EXPORTER_MOUNT_PATHS = ("/var/lib/kubelet/pod-resources", "/etc/dcgm-exporter/dcgm-metrics.csv")
+
+
 class HPCJobMappingSpec(KubeModel):
     """HPC job mapping for DCGM Exporter."""
 
-    enabled: StrictBool | None = Field(default=None, description="Enable HPC job mapping.")
-    directory: StrictStr | None = Field(
-        default=None, description="Where the workload manager writes job mapping files."
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!has(self.directory) || !self.directory.matches(r'{kf.BACKSTEP}')",
+                    "message": "must not contain '..'",
+                    "fieldPath": ".directory",
+                },
+                {
+                    "rule": f"!has(self.directory) || !(self.directory in {list(EXPORTER_MOUNT_PATHS)!r})",
+                    "message": f"must not be one of DCGM Exporter's other mount paths {', '.join(EXPORTER_MOUNT_PATHS)}",
+                    "fieldPath": ".directory",
+                },
+            ]
+        }
     )
+
+    enabled: StrictBool | None = Field(default=None, description="Enable HPC job mapping.")
+    directory: (
+        Annotated[StrictStr, Field(max_length=kf.MAX_PATH, pattern=kf.ABSOLUTE_PATH_WITHOUT_BACKSTEPS)] | None
+    ) = Field(
+        default=None,
+        description="Where the workload manager writes job mapping files: an absolute path without '..', "
+        "mounted at the same path in the DCGM Exporter container.",
+    )
+
+    @model_validator(mode="after")
+    def _mountable(self) -> HPCJobMappingSpec:
+        if self.directory is not None and re.search(kf.BACKSTEP, self.directory):
+            raise kf.invalid(f"directory: Invalid value: {json.dumps(self.directory)}: must not contain '..'")
+        if self.directory in EXPORTER_MOUNT_PATHS:
+            raise kf.invalid(
+                f"directory: Invalid value: {json.dumps(self.directory)}: must not be one of DCGM Exporter's "
+                f"other mount paths {', '.join(EXPORTER_MOUNT_PATHS)}"
+            )
+        return self
 
 
 class DCGMExporterSpec(KubeModel):
@@ -234,7 +276,7 @@ class DCGMExporterSpec(KubeModel):
     resources: ResourceRequirements | None = Field(default=None, description="Resource requests and limits.")
     args: list[StrictStr] | None = Field(default=None, description="Arguments of the container.")
     env: list[EnvVar] | None = Field(default=None, description="Environment variables of the container.")
-    annotations: StringMap | None = Field(default=None, description="Annotations on the DCGM Exporter pods.")
+    annotations: kf.AnnotationMap | None = Field(default=None, description="Annotations on the DCGM Exporter pods.")
     config: MetricsConfigSpec | None = Field(default=None, description="Custom metrics configuration.")
     service: ServiceSpec | None = Field(default=None, description="The Service exposing metrics on port 9400.")
     serviceMonitor: ServiceMonitorSpec | None = Field(default=None, description="The optional ServiceMonitor.")
@@ -256,6 +298,19 @@ class DCGMSpec(KubeModel):
     """The standalone NVIDIA DCGM hostengine. Disabled by default; DCGM Exporter then uses its
     embedded nv-hostengine."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!has(self.hostNetwork) || !self.hostNetwork || self.hostPort == {DCGM_HOST_PORT}",
+                    "message": f"must be {DCGM_HOST_PORT} when hostNetwork is true "
+                    "(on the host network the host port is the hostengine's port)",
+                    "fieldPath": ".hostPort",
+                }
+            ]
+        }
+    )
+
     enabled: StrictBool = Field(default=False, description="Deploy the standalone DCGM hostengine.")
     repository: StrictStr | None = Field(default=None, description="DCGM image repository.")
     image: OPERAND_IMAGE_NAME | None = Field(default=None, description="DCGM image name.")
@@ -268,22 +323,39 @@ class DCGMSpec(KubeModel):
     hostPort: Port = Field(default=DCGM_HOST_PORT, description="Host port of the DCGM hostengine.")
     hostNetwork: StrictBool | None = Field(default=None, description="Run the hostengine on the host network.")
 
+    @model_validator(mode="after")
+    def _host_port_on_the_host_network(self) -> DCGMSpec:
+        if self.hostNetwork and self.hostPort != DCGM_HOST_PORT:
+            raise kf.invalid(
+                f"hostPort: Invalid value: {self.hostPort}: must be {DCGM_HOST_PORT} when hostNetwork is true "
+                "(on the host network the host port is the hostengine's port)"
+            )
+        return self
+
+
+HostPath = Annotated[StrictStr, Field(pattern=kf.HOST_PATH)]
+
 
 class HostPathsSpec(KubeModel):
     """Host paths used in host-path volumes of the operands."""
 
-    rootFS: StrictStr = Field(default="/", description="The host's root filesystem; must be chroot-able.")
-    driverInstallDir: StrictStr = Field(
+    rootFS: HostPath = Field(default="/", description="The host's root filesystem; must be chroot-able.")
+    driverInstallDir: HostPath = Field(
         default="/run/nvidia/driver",
         description="Root of the driver files (libraries, configuration, executables) installed by the operator.",
     )
-    kubeletRootDir: StrictStr = Field(default="/var/lib/kubelet", description="The kubelet root directory.")
+    kubeletRootDir: HostPath = Field(default="/var/lib/kubelet", description="The kubelet root directory.")
 
 
 # kube-apiserver's DaemonSet validation takes a string only as a percentage, at most 100%, and
 # refuses 0 while maxSurge is 0 (the operand DaemonSets set none); numeric strings are made
 # numbers before they reach a DaemonSet (daemonset_max_unavailable).
-MAX_UNAVAILABLE_PATTERN = r"^(0*[1-9][0-9]*|0*([1-9][0-9]?|100)%)$"
+# A numeric string is also at most 2147483647 (an int32, as the DaemonSet field holds it).
+_POSITIVE_INT32 = (
+    r"[1-9][0-9]{0,8}|1[0-9]{9}|20[0-9]{8}|21[0-3][0-9]{7}|214[0-6][0-9]{6}|2147[0-3][0-9]{5}|"
+    r"21474[0-7][0-9]{4}|214748[0-2][0-9]{3}|2147483[0-5][0-9]{2}|21474836[0-3][0-9]|214748364[0-7]"
+)
+MAX_UNAVAILABLE_PATTERN = rf"^(0*({_POSITIVE_INT32})|0*([1-9][0-9]?|100)%)$"
 
 
 class RollingUpdateSpec(KubeModel):
@@ -291,7 +363,8 @@ class RollingUpdateSpec(KubeModel):
 
     maxUnavailable: (
         Annotated[
-            Annotated[StrictInt, Field(ge=1)] | Annotated[StrictStr, Field(pattern=MAX_UNAVAILABLE_PATTERN)],
+            Annotated[StrictInt, Field(ge=1, le=kf.MAX_INT32)]
+            | Annotated[StrictStr, Field(pattern=MAX_UNAVAILABLE_PATTERN)],
             Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
         ]
         | None
@@ -312,10 +385,14 @@ def daemonset_max_unavailable(value: int | str) -> int | str:
 class DaemonsetsSpec(KubeModel):
     """Common settings applied to every workload GPUCluster deploys."""
 
-    labels: StringMap | None = Field(default=None, description="Labels added to every operand's pods.")
-    annotations: StringMap | None = Field(default=None, description="Annotations added to every operand's pods.")
-    priorityClassName: StrictStr | None = Field(default=None, description="Priority class of the operand pods.")
-    tolerations: list[Toleration] | None = Field(default=None, description="Tolerations of the operand pods.")
+    labels: kf.LabelMap | None = Field(default=None, description="Labels added to every operand's pods.")
+    annotations: kf.AnnotationMap | None = Field(default=None, description="Annotations added to every operand's pods.")
+    priorityClassName: kf.PriorityClassName | None = Field(
+        default=None, description="Priority class of the operand pods (a lowercase RFC 1123 subdomain)."
+    )
+    tolerations: Annotated[list[Toleration], Field(max_length=kf.MAX_LIST_ITEMS)] | None = Field(
+        default=None, description="Tolerations of the operand pods."
+    )
     updateStrategy: Literal["RollingUpdate", "OnDelete"] = Field(
         default="RollingUpdate", description="Update strategy of the DaemonSets."
     )
@@ -325,9 +402,33 @@ class DaemonsetsSpec(KubeModel):
     )
 
 
+NET_SYSCTL_MESSAGE = (
+    "net.* sysctls may not be set in daemonsets.podSecurityContext while DCGM Exporter or DCGM runs on the "
+    "host network (kube-apiserver refuses them with hostNetwork)"
+)
+
+
 class GPUClusterSpec(KubeModel):
     """Desired state of the DRA software stack. Unlike ClusterPolicy, it manages neither the NVIDIA
     driver nor a device plugin: the driver is pre-installed or managed by an NVIDIADriver."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!((has(self.dcgmExporter) && has(self.dcgmExporter.enabled) && self.dcgmExporter.enabled "
+                    "&& has(self.dcgmExporter.hostNetwork) && self.dcgmExporter.hostNetwork) || "
+                    "(has(self.dcgm) && has(self.dcgm.enabled) && self.dcgm.enabled && has(self.dcgm.hostNetwork) && "
+                    "self.dcgm.hostNetwork)) || !has(self.daemonsets) || !has(self.daemonsets.podSecurityContext) || "
+                    "!has(self.daemonsets.podSecurityContext.sysctls) || "
+                    "!self.daemonsets.podSecurityContext.sysctls.exists(s, s.name.startsWith('net.') || "
+                    "s.name.startsWith('net/'))",
+                    "message": NET_SYSCTL_MESSAGE,
+                    "fieldPath": ".daemonsets.podSecurityContext.sysctls",
+                }
+            ]
+        }
+    )
 
     draDriver: DRADriverSpec = Field(default_factory=DRADriverSpec, description="The NVIDIA DRA driver stack.")
     dcgmExporter: DCGMExporterSpec = Field(
@@ -338,6 +439,20 @@ class GPUClusterSpec(KubeModel):
     daemonsets: DaemonsetsSpec = Field(
         default_factory=DaemonsetsSpec, description="Common settings of every deployed workload."
     )
+
+    @model_validator(mode="after")
+    def _no_net_sysctls_on_the_host_network(self) -> GPUClusterSpec:
+        host_network = (self.dcgmExporter.enabled and bool(self.dcgmExporter.hostNetwork)) or (
+            self.dcgm.enabled and bool(self.dcgm.hostNetwork)
+        )
+        context = self.daemonsets.podSecurityContext
+        sysctls = (context.sysctls if context else None) or []
+        net = [s.name for s in sysctls if s.name.startswith(("net.", "net/"))]
+        if host_network and net:
+            raise kf.invalid(
+                f"daemonsets.podSecurityContext.sysctls: Invalid value: {json.dumps(net[0])}: {NET_SYSCTL_MESSAGE}"
+            )
+        return self
 
 
 class ProductCount(KubeModel):

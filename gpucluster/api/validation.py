@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpucluster.api import gpucluster as gc
-from gpucluster.api.base import QUANTITY_PATTERN
+from gpucluster.api import kubefields as kf
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,12 +64,28 @@ def _show(value: Any) -> str:
         return repr(value)
 
 
+_PATTERN_MESSAGES = {
+    kf.LABEL_VALUE: kf.LABEL_VALUE_MESSAGE,
+    kf.DNS_SUBDOMAIN: "must be a lowercase RFC 1123 subdomain: lowercase alphanumerics, '-' or '.', "
+    "starting and ending with an alphanumeric (e.g. example.com)",
+    kf.ENV_NAME: "a valid environment variable name must consist only of printable ASCII characters other than '='",
+    kf.SYSCTL_NAME: f"must be a sysctl name matching {kf.SYSCTL_NAME}",
+    kf.LOCAL_DESCENDING_PATH: "must be a relative path without '..'",
+    kf.UNPADDED: "must be non-empty and not padded with whitespace",
+    kf.HOST_PATH: kf.HOST_PATH_MESSAGE,
+    kf.ABSOLUTE_PATH_WITHOUT_BACKSTEPS: "must be an absolute path without '..'",
+    kf.PROMETHEUS_LABEL_NAME: "must be a Prometheus label name: ASCII letters, digits and '_', not starting with a digit",
+}
+
+
 def _message(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx", {})
     value = error.get("input")
     if kind == "missing":
         return "Required value"
+    if kind == "kube_invalid":
+        return str(ctx["message"])
     if kind in _TYPE_NAMES:
         return f"Invalid value: {_show(value)}: must be of type {_TYPE_NAMES[kind]}"
     if kind == "literal_error":
@@ -84,8 +100,10 @@ def _message(error: ErrorDetails) -> str:
         return f"Invalid value: {_show(value)}: must be greater than or equal to {bound}"
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern")
-        if pattern == QUANTITY_PATTERN:
-            return f"Invalid value: {_show(value)}: must be a quantity such as 500m, 2, 1.5Gi or 1e3"
+        if pattern == kf.NON_NEGATIVE_QUANTITY:
+            return f"Invalid value: {_show(value)}: must be a non-negative quantity such as 500m, 2, 1.5Gi or 1e3"
+        if pattern in _PATTERN_MESSAGES:
+            return f"Invalid value: {_show(value)}: {_PATTERN_MESSAGES[pattern]}"
         if pattern == gc.MAX_UNAVAILABLE_PATTERN:
             return (
                 f"Invalid value: {_show(value)}: must be a positive number or a percentage from 1% to 100% "

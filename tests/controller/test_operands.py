@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes_validate
@@ -19,6 +20,7 @@ from controller.operands import (
     render_operands,
 )
 from controller.operands.common import resolve_image
+from gpucluster.api.validation import validate_gpucluster
 from gpucluster.errors import InputError
 from gpucluster.manifests import dump_yaml_stream
 from tests.controller.helpers import (
@@ -39,6 +41,7 @@ from tests.controller.helpers import (
     env_of,
     find,
     kubelet_plugin,
+    manifest,
     names,
     objects,
     pod_spec,
@@ -437,8 +440,19 @@ def test_dcgm_host_port_and_host_network() -> None:
         find(objects({"dcgm": {"enabled": True, "hostPort": 6000}}), "DaemonSet", "nvidia-dcgm"), "nvidia-dcgm-ctr"
     )
     assert ctr["ports"][0]["hostPort"] == 6000 and ctr["ports"][0]["containerPort"] == 5555
+    refused = validate_gpucluster(manifest({"dcgm": {"enabled": True, "hostPort": 6000, "hostNetwork": True}}))
+    assert [(p.path, p.message) for p in refused.problems] == [
+        (
+            "spec.dcgm",
+            "hostPort: Invalid value: 6000: must be 5555 when hostNetwork is true "
+            "(on the host network the host port is the hostengine's port)",
+        )
+    ]
+    # The renderer refuses it too, should a model skip validation.
+    model = cluster({"dcgm": {"enabled": True, "hostPort": 6000}})
+    model.spec.dcgm.hostNetwork = True
     with pytest.raises(RenderError, match=r"^spec\.dcgm\.hostPort: "):
-        objects({"dcgm": {"enabled": True, "hostPort": 6000, "hostNetwork": True}})
+        render(model, FACTS)
     ds = find(objects({"dcgm": {"enabled": True, "hostNetwork": True}}), "DaemonSet", "nvidia-dcgm")
     assert pod_spec(ds)["hostNetwork"] is True and pod_spec(ds)["dnsPolicy"] == "ClusterFirstWithHostNet"
 
@@ -516,8 +530,18 @@ def test_exporter_full_spec() -> None:
 
 
 def test_exporter_external_name_service_is_refused() -> None:
+    refused = validate_gpucluster(manifest({"dcgmExporter": {"service": {"type": "ExternalName"}}}))
+    assert [(p.path, p.message) for p in refused.problems] == [
+        (
+            "spec.dcgmExporter.service.type",
+            'Unsupported value: "ExternalName": supported values: "ClusterIP", "NodePort", "LoadBalancer"',
+        )
+    ]
+    model = cluster({"dcgmExporter": {"service": {"type": "NodePort"}}})
+    assert model.spec.dcgmExporter.service is not None
+    model.spec.dcgmExporter.service.type = "ExternalName"  # type: ignore[assignment]
     with pytest.raises(RenderError, match=r"^spec\.dcgmExporter\.service\.type: "):
-        objects({"dcgmExporter": {"service": {"type": "ExternalName"}}})
+        render(model, FACTS)
 
 
 def test_exporter_disabled_renders_nothing_and_needs_no_image() -> None:
@@ -633,8 +657,18 @@ def test_custom_host_paths() -> None:
     [("rootFS", "host"), ("driverInstallDir", "run/nvidia/driver"), ("kubeletRootDir", "/var/lib/my kubelet")],
 )
 def test_bad_host_paths_name_the_field(field: str, value: str) -> None:
+    refused = validate_gpucluster(manifest({"hostPaths": {field: value}}))
+    assert [(p.path, p.message) for p in refused.problems] == [
+        (
+            f"spec.hostPaths.{field}",
+            f"Invalid value: {json.dumps(value)}: must be a plain absolute path "
+            "(letters, digits and . _ - + @ : = , ~; no spaces or quotes)",
+        )
+    ]
+    model = cluster()
+    setattr(model.spec.hostPaths, field, value)
     with pytest.raises(RenderError, match=rf"^spec\.hostPaths\.{field}: Invalid value"):
-        objects({"hostPaths": {field: value}})
+        render(model, FACTS)
 
 
 # --- daemonsets.* ----------------------------------------------------------------------------
