@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from controller.drift import matches, project
 from controller.holders import claim_holders, pod_count
 from controller.holders import describe as describe_holders
+from controller.nodes import DEPLOY_LABELS
 from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
 from controller.status import (
     DELETING,
@@ -46,6 +47,8 @@ from gpucluster.api.validation import problems_from
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, KubeObject, metadata
 
 FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
+# On our namespace when we set its admin-access label (so that deletion removes only a label we set).
+ADMIN_ACCESS_MARK = "gpucluster.nvidia.com/set-admin-access-label"
 HASH_ANNOTATION = "gpucluster.nvidia.com/applied-hash"
 
 # Normal events on the GPUCluster for what a reconcile did to its operands.
@@ -112,7 +115,24 @@ class RemoveFinalizer:
 
 @dataclass(frozen=True)
 class LabelNamespace:
+    """Set the admin-access label on our namespace, marked (annotation) as set by us."""
+
     name: str
+
+
+@dataclass(frozen=True)
+class UnlabelNamespace:
+    """Remove the admin-access label we set, and its mark."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class UnlabelNode:
+    """Remove the deploy labels we set on a GPU node."""
+
+    name: str
+    keys: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -131,7 +151,7 @@ class Delete:
     message: str = ""
 
 
-Write = AddFinalizer | RemoveFinalizer | LabelNamespace | Apply | Delete
+Write = AddFinalizer | RemoveFinalizer | LabelNamespace | UnlabelNamespace | UnlabelNode | Apply | Delete
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,7 @@ class Observed:
     policies: Sequence[KubeObject] = ()
     prerequisites: Prerequisites = field(default_factory=Prerequisites)
     namespace_labels: Mapping[str, str] | None = None
+    namespace_annotations: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     # Live copies by key: from the cache, or looked up (None: looked up, absent). A key that is
     # neither in ``cached`` nor in ``looked_up`` has not been looked for yet.
@@ -411,6 +432,15 @@ def _plan_deletion(cluster: KubeObject, observed: Observed, out: Plan) -> None:
     templates = [t for t in observed.templates if not metadata(t).get("deletionTimestamp")]
     for template in templates:
         out.writes.append(Delete(template, propagation="Background"))
+    # Nothing holds a device any more: the labels that placed the operands can go (a value other
+    # than the "true" we set, such as an admin's "false", stays).
+    for node in observed.nodes:
+        labels = metadata(node).get("labels") or {}
+        keys = tuple(k for k in DEPLOY_LABELS if labels.get(k) == "true")
+        if keys:
+            out.writes.append(UnlabelNode(str(metadata(node).get("name")), keys))
+    if observed.namespace_annotations.get(ADMIN_ACCESS_MARK) == "true":
+        out.writes.append(UnlabelNamespace(observed.namespace))
     out.writes.append(RemoveFinalizer(cluster))
 
 

@@ -22,6 +22,7 @@ from controller.drift import project
 from controller.events import COMPONENT, KubeSink
 from controller.operands import MANAGED_BY
 from controller.plan import (
+    ADMIN_ACCESS_MARK,
     FINALIZER,
     HASH_ANNOTATION,
     AddFinalizer,
@@ -33,6 +34,8 @@ from controller.plan import (
     Plan,
     Prerequisites,
     RemoveFinalizer,
+    UnlabelNamespace,
+    UnlabelNode,
     Write,
     content_hash,
     key_of,
@@ -46,7 +49,7 @@ from gpucluster.dra.semver import Semver, SemverError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
 from gpucluster.kube.paths import collection_path, object_path
-from gpucluster.kube.reflector import Resource
+from gpucluster.kube.reflector import Resource, strip_managed_fields
 
 __all__ = ["FINALIZER", "OWNED", "OWNED_KINDS", "Reconciler", "owned_resources"]
 
@@ -114,8 +117,10 @@ def _identity(write: Write) -> tuple[str, Key, str]:
         return "Apply", key_of(write.obj), str((metadata(write.obj).get("annotations") or {}).get(HASH_ANNOTATION))
     if isinstance(write, Delete):
         return "Delete", key_of(write.obj), write.propagation
-    if isinstance(write, LabelNamespace):
-        return "LabelNamespace", ("Namespace", "", write.name), ""
+    if isinstance(write, LabelNamespace | UnlabelNamespace):
+        return type(write).__name__, ("Namespace", "", write.name), ""
+    if isinstance(write, UnlabelNode):
+        return "UnlabelNode", ("Node", "", write.name), ",".join(write.keys)
     return type(write).__name__, key_of(write.cluster), ""
 
 
@@ -244,13 +249,31 @@ class Reconciler:
         elif isinstance(write, RemoveFinalizer):
             kept = [f for f in metadata(write.cluster).get("finalizers") or [] if f != FINALIZER]
             await self._set_finalizers(write.cluster, kept)
-        elif isinstance(write, LabelNamespace):
-            body = {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}}
+        elif isinstance(write, LabelNamespace | UnlabelNamespace):
+            add = isinstance(write, LabelNamespace)
+            body = {
+                "metadata": {
+                    "labels": {ADMIN_ACCESS_LABEL: "true" if add else None},
+                    "annotations": {ADMIN_ACCESS_MARK: "true" if add else None},
+                }
+            }
             result = await self._write(
                 "PATCH", f"/api/v1/namespaces/{write.name}", body=body, content_type="application/merge-patch+json"
             )
             result.setdefault("kind", "Namespace")
             self.state.upsert("Namespace", result)
+        elif isinstance(write, UnlabelNode):
+            body = {"metadata": {"labels": dict.fromkeys(write.keys)}}
+            try:
+                result = await self._write(
+                    "PATCH", f"/api/v1/nodes/{write.name}", body=body, content_type="application/merge-patch+json"
+                )
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                result.setdefault("kind", "Node")
+                self.state.upsert("Node", strip_managed_fields(result))
         if isinstance(write, Apply | Delete) and write.reason:
             # Workloads first: a summary cut at its length limit still names them.
             rank = {"DaemonSet": 0, "Deployment": 0, "DeviceClass": 1}.get(str(write.obj.get("kind")), 2)
@@ -362,6 +385,7 @@ class Reconciler:
             policies=state.list("ClusterPolicy"),
             prerequisites=prerequisites,
             namespace_labels=(metadata(namespace).get("labels") or {}) if namespace is not None else None,
+            namespace_annotations=(metadata(namespace).get("annotations") or {}) if namespace is not None else {},
             env=self.env,
             cached={key_of(obj): obj for obj in owned},
             looked_up=looked_up,

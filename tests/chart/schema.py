@@ -57,6 +57,9 @@ def _obj(properties: dict[str, Schema], description: str = "", required: list[st
     return out
 
 
+_NAME_PATTERN = "^$|^[a-z]([-a-z0-9]*[a-z0-9])?$"  # empty, or a DNS-1035 label
+
+
 def _str(description: str, **extra: Any) -> Schema:
     return {"type": "string", "description": description, **extra}
 
@@ -105,8 +108,12 @@ def build_schema() -> Schema:
         ]
     )
     properties: dict[str, Schema] = {
-        "nameOverride": _str("Replaces the chart name in object names."),
-        "fullnameOverride": _str("Replaces the release-chart prefix of object names."),
+        # Object names (a Service's among them: a DNS-1035 label) are built from these; an invalid one
+        # would fail the install half-way and every hook of the uninstall with it.
+        "nameOverride": _str("Replaces the chart name in object names.", pattern=_NAME_PATTERN, maxLength=63),
+        "fullnameOverride": _str(
+            "Replaces the release-chart prefix of object names.", pattern=_NAME_PATTERN, maxLength=63
+        ),
         "gpuCluster": _obj(
             {
                 "enabled": _bool("Create the default GPUCluster resource, gpu-cluster (enables the DRA model)."),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.chart.helm import (
     DOCS_OPERATOR_MANAGED,
     DOCS_PREINSTALLED,
@@ -146,3 +148,27 @@ def test_controller_container_has_a_readiness_probe_on_readyz() -> None:
     deployment = one(render_recipe(DOCS_PREINSTALLED), "Deployment", "operator")
     (controller,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "controller"]
     assert controller["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+
+
+# Values the API server would refuse once they reach an object are refused by the values schema,
+# before anything is created (an invalid fullnameOverride also named every uninstall hook).
+@pytest.mark.parametrize(
+    ("flag", "field"),
+    [
+        ("fullnameOverride=Bad_Name", "fullnameOverride"),
+        ("fullnameOverride=1gpu", "fullnameOverride"),
+        ("nameOverride=gpu.cluster", "nameOverride"),
+        ("driver.version=580 95", "driver.version"),
+        ("operator.version=v1:2", "operator.version"),
+    ],
+)
+def test_values_that_make_invalid_objects_are_refused(flag: str, field: str) -> None:
+    message = render_error([*DOCS_PREINSTALLED.set_flags, flag])
+    assert field.split(".")[-1] in message, message
+
+
+def test_valid_names_and_tags_render() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED, "fullnameOverride=gpu-op", "driver.version=580.95.05")
+    assert one(objs, "Job", "cleanup").name == "gpu-op-cleanup"
+    digest = "sha256:" + "a" * 64
+    assert render_recipe(DOCS_PREINSTALLED, f"operator.version={digest}")

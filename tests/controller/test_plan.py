@@ -7,6 +7,7 @@ from typing import Any
 
 from controller.drift import project
 from controller.plan import (
+    ADMIN_ACCESS_MARK,
     FINALIZER,
     HASH_ANNOTATION,
     OPERAND_CREATED,
@@ -18,6 +19,8 @@ from controller.plan import (
     Observed,
     Prerequisites,
     RemoveFinalizer,
+    UnlabelNamespace,
+    UnlabelNode,
     content_hash,
     key_of,
     plan,
@@ -233,6 +236,31 @@ def test_deletion_waits_while_pods_hold_nvidia_claims_then_deletes_our_templates
     done = plan(observed(deleting, owned=rest, claims=released, templates=[template]))
     assert [type(w) for w in done.writes] == [Delete, RemoveFinalizer]
     assert done.writes[0].obj is template  # type: ignore[union-attr]
+
+
+def test_deletion_removes_the_labels_it_set_last() -> None:
+    deleting = gpucluster(deletionTimestamp="2026-01-01T00:00:00Z")
+    nodes = [
+        {"kind": "Node", "metadata": {"name": "gpu-1", "labels": {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.deploy.dra-driver": "true",
+            "nvidia.com/gpu.deploy.dcgm-exporter": "false",  # an admin's: stays
+            "nvidia.com/gpu.deploy.dra-validator": "true",
+        }}},
+        {"kind": "Node", "metadata": {"name": "cpu-1", "labels": {"kubernetes.io/os": "linux"}}},
+    ]  # fmt: skip
+    # Pods still hold devices: nothing is unlabelled (the plugin's DaemonSet selects on the label).
+    held = plan(observed(deleting, nodes=nodes, claims=[_allocated_claim("a", "c", "p")], namespace_annotations={}))
+    assert not [w for w in held.writes if isinstance(w, UnlabelNode | UnlabelNamespace)]
+    marked = {ADMIN_ACCESS_MARK: "true"}
+    done = plan(observed(deleting, nodes=nodes, namespace_annotations=marked))
+    assert [type(w) for w in done.writes] == [UnlabelNode, UnlabelNamespace, RemoveFinalizer]
+    unlabel = done.writes[0]
+    assert isinstance(unlabel, UnlabelNode) and unlabel.name == "gpu-1"
+    assert unlabel.keys == ("nvidia.com/gpu.deploy.dra-driver", "nvidia.com/gpu.deploy.dra-validator")
+    # A label we did not set (no mark) stays.
+    unmarked = plan(observed(deleting, nodes=nodes, namespace_annotations={}))
+    assert [type(w) for w in unmarked.writes] == [UnlabelNode, RemoveFinalizer]
 
 
 def test_summaries_name_what_changed_within_the_length_limit() -> None:

@@ -79,6 +79,9 @@ def test_uninstall_refuses_while_gpu_pods_run_then_forced_releases_every_claim_f
     cluster.kubectl("create", "namespace", WORKLOADS)
     cluster.kubectl("create", "-f", "-", stdin=gpu_workloads(WORKLOADS))
     pods = wait_for("the GPU workloads to run", lambda: _running(cluster, WORKLOADS), 90)
+    node = cluster.get("node", cluster.get("pod", "-n", WORKLOADS, pods[0])["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.dra-driver"] == "true"
+    assert cluster.get("namespace", NAMESPACE)["metadata"]["labels"]["resource.kubernetes.io/admin-access"] == "true"
     held = _reserved_claims(cluster)
     assert {c["metadata"]["namespace"] for c in held} >= {WORKLOADS}, held
     templates = cluster.get("resourceclaimtemplates", "-n", WORKLOADS)["items"]
@@ -123,6 +126,12 @@ def test_uninstall_refuses_while_gpu_pods_run_then_forced_releases_every_claim_f
     wait_for("no claim template left", lambda: not cluster.get("resourceclaimtemplates", "-A")["items"], 60)
     wait_for("the operator's pods to be gone", lambda: not cluster.get("pods", "-n", NAMESPACE)["items"], 90)
     assert cluster.get("daemonsets", "-n", NAMESPACE)["items"] == []
+    # The labels the operator set go too: the GPU nodes' deploy labels, its namespace's admin-access label.
+    for node in cluster.get("nodes")["items"]:
+        labels = node["metadata"].get("labels") or {}
+        assert not [k for k in labels if k.startswith("nvidia.com/gpu.deploy.")], labels
+    namespace = cluster.get("namespace", NAMESPACE)["metadata"]
+    assert "resource.kubernetes.io/admin-access" not in (namespace.get("labels") or {}), namespace
     # The hook did all that within its rights (the operator's own calls while Helm deletes its Role
     # are refused, as on any uninstall).
     refused_calls = cluster.forbidden(f"system:serviceaccount:{NAMESPACE}:{RELEASE}-gpucluster-hooks")
@@ -142,3 +151,31 @@ def test_rollback_restores_the_gpucluster_spec(cluster: Cluster) -> None:
     assert cluster.helm.history(RELEASE)[-1]["revision"] == 3
     cluster.uninstall()
     assert cluster.get("gpuclusters")["items"] == []
+
+
+def test_cleanup_disabled_leaves_the_stack_running_and_a_reinstall_takes_it_back(cluster: Cluster) -> None:
+    """cleanup.enabled=false: uninstall keeps the GPUCluster (with its finalizer) and its operands; as
+    README says, installing the chart again takes them over in place, and an uninstall with the hook
+    removes them."""
+    cluster.install(DOCS_PREINSTALLED, "cleanup.enabled=false")
+    cluster.wait_ready(timeout=180)
+    daemonsets = {d["metadata"]["uid"] for d in cluster.get("daemonsets", "-n", NAMESPACE)["items"]}
+    assert len(daemonsets) == 3
+    cluster.uninstall()
+    left = cluster.get("gpucluster", "gpu-cluster")
+    assert "gpucluster.nvidia.com/dra-resourceclaim" in left["metadata"]["finalizers"]
+    assert not left["metadata"].get("deletionTimestamp")
+    assert {d["metadata"]["uid"] for d in cluster.get("daemonsets", "-n", NAMESPACE)["items"]} == daemonsets
+    wait_for(
+        "the operator's pods to be gone",
+        lambda: not cluster.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator")["items"],
+        90,
+    )
+
+    cluster.install(DOCS_PREINSTALLED)
+    gc = cluster.wait_ready(timeout=180)
+    assert gc["metadata"]["uid"] == left["metadata"]["uid"]
+    assert {d["metadata"]["uid"] for d in cluster.get("daemonsets", "-n", NAMESPACE)["items"]} == daemonsets
+    cluster.uninstall()
+    assert cluster.get("gpuclusters")["items"] == []
+    wait_for("the operands to be gone", lambda: not cluster.get("daemonsets", "-n", NAMESPACE)["items"], 90)
