@@ -57,6 +57,9 @@ class ClusterOptions:
     """Start the kubelet stand-in for the simulated nodes."""
     process_pods: bool = True
     """Pods of the project's own image run as local processes on the simulated nodes."""
+    admission_plugins: tuple[str, ...] = ()
+    """kube-apiserver admission plugins to enable besides NodeRestriction (and the defaults), e.g.
+    ``OwnerReferencesPermissionEnforcement``."""
 
 
 def _pdeathsig() -> None:  # in the child, between fork and exec
@@ -233,7 +236,8 @@ class ControlPlane:
                 "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
                 f"--tls-cert-file={p('apiserver.crt')}", f"--tls-private-key-file={p('apiserver.key')}",
                 f"--client-ca-file={p('ca.crt')}", f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
-                "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=" + ",".join(("NodeRestriction", *opts.admission_plugins)),
                 f"--service-account-issuer={ISSUER}", f"--api-audiences={ISSUER}",
                 f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
                 "--allow-privileged=true", "--profiling=false",

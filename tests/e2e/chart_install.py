@@ -62,11 +62,14 @@ class Cluster:
         kubeconfig: Path | None = None,
         backend: str = SANDBOX,
         version: str | None = None,
+        admission_plugins: tuple[str, ...] = (),
     ) -> None:
+        """``admission_plugins``: more kube-apiserver admission plugins (the real control plane only)."""
         self.backend = backend
         self.thread: SandboxThread | None = None
         self.plane: ControlPlane | None = None
         if backend == SANDBOX:
+            assert not admission_plugins, "the sandbox has no admission plugins to enable"
             options = SimulationOptions(nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0))
             self.thread = SandboxThread(simulate=options, kubeconfig_path=kubeconfig)
             self.sandbox = self.thread.start()
@@ -74,7 +77,10 @@ class Cluster:
         else:
             version = version or kube_version()
             require_kube(version)
-            self.plane = ControlPlane(ClusterOptions(version=version, nodes=nodes, gpus_per_node=gpus_per_node))
+            plane_options = ClusterOptions(
+                version=version, nodes=nodes, gpus_per_node=gpus_per_node, admission_plugins=admission_plugins
+            )
+            self.plane = ControlPlane(plane_options)
             self.plane.up()
             self.kubeconfig = str(self.plane.admin_kubeconfig)
             if kubeconfig is not None:
