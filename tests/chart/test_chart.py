@@ -470,9 +470,10 @@ def test_operator_holds_every_permission_it_grants_and_applies() -> None:
         resource, is_namespaced = plural(obj["apiVersion"], obj["kind"])
         scope = cluster + namespaced if is_namespaced else cluster
         # What the controller does with a rendered object: watch it, server-side apply it (a PATCH,
-        # which creates the object when it is absent), prune it.
+        # which creates the object when it is absent: create of that name), prune it, by name.
         for verb in ("get", "list", "watch", "create", "patch", "delete"):
-            if not allowed(scope, group, resource, verb):
+            name = None if verb in ("list", "watch") else obj["metadata"]["name"]
+            if not allowed(scope, group, resource, verb, name):
                 missing.append(f"apply {obj['kind']}: {verb}")
     assert not missing, sorted(set(missing))
 
@@ -505,7 +506,7 @@ def test_operator_permissions_for_the_webhook_controller_and_certificates() -> N
     secret = one(objs, "Secret").name
     assert allowed(cluster, "resource.k8s.io", "resourceclaimtemplates", "create")  # translated pods
     assert allowed(cluster, "nvidia.com", "gpuclusters/status", "patch")
-    assert allowed(cluster, "nvidia.com", "gpuclusters", "patch")  # its finalizer
+    assert allowed(cluster, "nvidia.com", "gpuclusters", "patch", gc.SINGLETON_NAME)  # its finalizer
     assert not allowed(cluster, "nvidia.com", "gpuclusters", "delete")  # the hooks' identity deletes it
     assert allowed(cluster, "", "nodes", "patch")
     assert allowed(namespaced, "coordination.k8s.io", "leases", "update")  # leader election
