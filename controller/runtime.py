@@ -391,10 +391,10 @@ class Controller:
         elector = None
         elector_task: asyncio.Task[None] | None = None
         if self.leader_election:
-            from controller.leader import LeaderElector
+            from controller.leader import LEASE_NAME, LeaderElector
 
             elector = LeaderElector(
-                self.kube, self.namespace, "gpucluster-controller", self.identity,
+                self.kube, self.namespace, LEASE_NAME, self.identity,
                 on_transition=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )  # fmt: skip
             self.elector = elector

@@ -48,7 +48,7 @@ def register(subparsers: Subparsers) -> None:
             "The chart's pre-delete hook runs it."
         ),
     )
-    parser.add_argument("--selector", required=True, metavar="LABELS", help="label selector of the GPUClusters")
+    parser.add_argument("--selector", metavar="LABELS", help="label selector of the GPUClusters")
     parser.add_argument("--driver-selector", metavar="LABELS", help="label selector of the NVIDIADrivers to delete")
     parser.add_argument(
         "--namespace",
@@ -59,6 +59,12 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--force", action="store_true", help="delete the pods that hold GPU claims instead of refusing")
     parser.add_argument("--release", metavar="NAME", help="the Helm release, named in the instructions printed")
     parser.add_argument("--revision", type=int, metavar="N", help="the release's revision, for the instructions")
+    parser.add_argument(
+        "--leader-lease",
+        metavar="OPERATOR_PODS",
+        help="instead: once no pod matches this selector in --namespace, delete the operator's leader-election Lease "
+        "(the chart's post-delete hook)",
+    )
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the drain (default 240)")
     parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     parser.set_defaults(func=run)
@@ -182,7 +188,42 @@ async def _drain(kube: Any, clusters: list[dict[str, Any]], args: argparse.Names
         await asyncio.sleep(1.0)
 
 
+async def _lease(args: argparse.Namespace) -> int:
+    """After the uninstall: the operator's Lease, once its pods are gone (they could renew it)."""
+    from controller.leader import LEASE_NAME
+    from gpucluster.kube.client import Kube, KubeError
+
+    kube = await Kube.connect(args.kubeconfig)
+    try:
+        deadline = time.monotonic() + args.timeout
+        while pods := await _list(kube, f"/api/v1/namespaces/{args.namespace}/pods", args.leader_lease):
+            if time.monotonic() > deadline:
+                names = ", ".join(str(_meta(p).get("name")) for p in pods)
+                print(
+                    f"timed out after {args.timeout:g}s waiting for the operator's pods to end: {names}",
+                    file=sys.stderr,
+                )
+                return EXIT_NEGATIVE
+            await asyncio.sleep(1.0)
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{args.namespace}/leases/{LEASE_NAME}"
+        try:
+            await kube.request("DELETE", path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            print(f"lease/{LEASE_NAME} -n {args.namespace} already gone", flush=True)
+        else:
+            print(f"lease/{LEASE_NAME} -n {args.namespace} deleted", flush=True)
+        return EXIT_OK
+    finally:
+        await kube.close()
+
+
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise InputError(f"--timeout must be positive, not {args.timeout:g}")
+    if args.leader_lease:
+        return asyncio.run(_lease(args))
+    if not args.selector:
+        raise InputError("--selector is required (or --leader-lease)")
     return asyncio.run(_cleanup(args))

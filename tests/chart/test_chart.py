@@ -13,6 +13,7 @@ import pytest
 from certs.inject import CA_INJECTION_LABEL
 from controller.operands import ClusterFacts
 from controller.operands import render as render_operands
+from controller.leader import LEASE_NAME
 from controller.runtime import Controller
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.crd import generated_files
@@ -621,6 +622,28 @@ def test_pre_delete_hook_runs_cleanup_and_refuses_unless_forced() -> None:
     rules, _ = _hook_rules(forced, account)
     assert allowed(rules, "", "pods", "delete")
     assert "pre-delete" not in {o.hook for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
+
+
+def test_post_delete_hook_deletes_only_the_operators_lease() -> None:
+    objs = render_recipe(DOCS_PREINSTALLED)
+    hooks = [o for o in objs if o.hook == "post-delete"]
+    assert sorted(o.kind for o in hooks) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
+    (role,) = [o for o in hooks if o.kind == "Role"]
+    writes = [r for r in role["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert writes == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [LEASE_NAME],
+            "verbs": ["delete"],
+        }
+    ]
+    (job,) = [o for o in hooks if o.kind == "Job"]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    operator = one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    selector = next(a for a in args if a.startswith("--leader-lease=")).removeprefix("--leader-lease=")
+    assert dict(kv.split("=") for kv in selector.split(",")) == operator
+    assert not [o for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false") if o.hook == "post-delete"]
 
 
 def test_defaults_hook_runs_after_install_upgrade_and_rollback() -> None:

@@ -132,6 +132,8 @@ def test_uninstall_refuses_while_gpu_pods_run_then_forced_releases_every_claim_f
         assert not [k for k in labels if k.startswith("nvidia.com/gpu.deploy.")], labels
     namespace = cluster.get("namespace", NAMESPACE)["metadata"]
     assert "resource.kubernetes.io/admin-access" not in (namespace.get("labels") or {}), namespace
+    # The operator's leader-election Lease goes with its pods (the post-delete hook).
+    assert cluster.get("leases", "-n", NAMESPACE)["items"] == []
     # The hook did all that within its rights (the operator's own calls while Helm deletes its Role
     # are refused, as on any uninstall).
     refused_calls = cluster.forbidden(f"system:serviceaccount:{NAMESPACE}:{RELEASE}-gpucluster-hooks")
