@@ -11,9 +11,9 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 
 from certs.inject import CA_INJECTION_LABEL
+from controller.leader import LEASE_NAME
 from controller.operands import ClusterFacts
 from controller.operands import render as render_operands
-from controller.leader import LEASE_NAME
 from controller.runtime import Controller
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.crd import generated_files
