@@ -10,12 +10,16 @@ annotation, the operator namespace or kube-system, a mirror pod, a DeviceClass t
 Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. With
 ``delete=True`` (opt-in) a stranded pod that a controller owns (an ownerReference with
 ``controller: true``) is deleted, so that its ReplicaSet, Job or StatefulSet creates it again
-through the webhook; bare pods are only reported.
+through the webhook; bare pods are only reported. Deletion is per owner, once, then with
+back-off: a replacement that is stranded again shows the webhook still cannot translate it, so
+deleting it at once would only loop (a Deployment's pod was recreated 948 times in 60 s). The
+next deletion for that owner waits ``DELETE_BACKOFF`` seconds, doubling up to ``DELETE_BACKOFF_MAX``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +40,13 @@ MESSAGE = (
 DELETED_MESSAGE = (
     "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
 )
+HELD_MESSAGE = (
+    "not deleted: a replacement from the same controller was stranded too, so the webhook still cannot "
+    "translate it; the next deletion is due in {seconds:.0f}s (it requests {resources})"
+)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+DELETE_BACKOFF = 60.0
+DELETE_BACKOFF_MAX = 3600.0
 
 
 def _unschedulable(pod: Mapping[str, Any]) -> bool:
@@ -68,8 +78,24 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
     return sorted(wanted)
 
 
+def controller_uid(pod: Mapping[str, Any]) -> str | None:
+    """The UID of the pod's controller (an ownerReference with ``controller: true``), if any."""
+    for ref in metadata(pod).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return str(ref.get("uid") or ref.get("name") or "")
+    return None
+
+
 def controlled(pod: Mapping[str, Any]) -> bool:
-    return any(isinstance(r, dict) and r.get("controller") is True for r in metadata(pod).get("ownerReferences") or [])
+    return controller_uid(pod) is not None
+
+
+@dataclass
+class _Deletions:
+    """Per controller: how many of its pods were deleted, and when the next deletion may be."""
+
+    count: int = 0
+    next_at: float = 0.0
 
 
 @dataclass
@@ -80,8 +106,12 @@ class StrandedPods:
     operator_namespace: str
     delete: bool = False
     registry: CollectorRegistry | None = None
+    clock: Callable[[], float] = time.monotonic
     _reported: set[str] = field(default_factory=set)
     _stranded: set[str] = field(default_factory=set)
+    _deleted_pods: dict[str, str] = field(default_factory=dict)  # key -> uid deleted (the cache lags)
+    _owners: dict[str, _Deletions] = field(default_factory=dict)
+    _held: set[str] = field(default_factory=set)  # pods told they are not deleted
 
     def __post_init__(self) -> None:
         registry = self.registry or CollectorRegistry()
@@ -109,6 +139,8 @@ class StrandedPods:
         if not resources or pod is None:
             self._stranded.discard(key)
             self._reported.discard(key)
+            self._held.discard(key)
+            self._deleted_pods.pop(key, None)
             self.gauge.set(len(self._stranded))
             return
         self._stranded.add(key)
@@ -122,7 +154,23 @@ class StrandedPods:
                 metadata(pod).get("namespace"), metadata(pod).get("name"), names,
             )  # fmt: skip
             await event(obj, "Warning", REASON, MESSAGE.format(resources=names))
-        if self.delete and controlled(pod):
-            await delete(obj)
-            self.deleted.inc()
-            await event(obj, "Normal", REASON, DELETED_MESSAGE.format(resources=names))
+        owner = controller_uid(pod)
+        uid = str(metadata(pod).get("uid") or key)
+        if not self.delete or owner is None or self._deleted_pods.get(key) == uid:
+            return
+        now = self.clock()
+        # Owners whose back-off ran out long ago start again from one deletion.
+        for stale in [o for o, r in self._owners.items() if now > r.next_at + DELETE_BACKOFF_MAX]:
+            del self._owners[stale]
+        record = self._owners.setdefault(owner, _Deletions())
+        if now < record.next_at:
+            if key not in self._held:
+                self._held.add(key)
+                await event(obj, "Normal", REASON, HELD_MESSAGE.format(seconds=record.next_at - now, resources=names))
+            return
+        await delete(obj)
+        self._deleted_pods[key] = uid
+        record.count += 1
+        record.next_at = now + min(DELETE_BACKOFF * 2 ** (record.count - 1), DELETE_BACKOFF_MAX)
+        self.deleted.inc()
+        await event(obj, "Normal", REASON, DELETED_MESSAGE.format(resources=names))

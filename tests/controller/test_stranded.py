@@ -1,0 +1,66 @@
+"""Opt-in deletion of stranded pods: once per controller, then with back-off, never a loop."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.stranded import DELETE_BACKOFF, DELETE_BACKOFF_MAX, StrandedPods
+from gpucluster.clusterstate import ClusterState
+from tests.controller.test_provision import stranded_pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_stranded_replacement_is_not_deleted_again_until_its_back_off_has_passed() -> None:
+    clock = Clock()
+    state = ClusterState.from_objects([])
+    stranded = StrandedPods(state, "gpu-operator", delete=True, clock=clock)
+    deleted: list[str] = []
+    messages: list[tuple[str, str]] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        messages.append((obj["metadata"]["name"], message))
+
+    async def delete(obj: Mapping[str, Any]) -> None:
+        deleted.append(obj["metadata"]["name"])
+
+    first = stranded_pod("server-1", owned=True)
+    # Passes over the same pod before the cache sees it go: deleted once.
+    for _ in range(5):
+        await stranded.check(first, "ml/server-1", event, delete)
+    assert deleted == ["server-1"]
+    await stranded.check(None, "ml/server-1", event, delete)
+
+    # Its replacement (same ReplicaSet) is stranded again: the webhook is still down. Not deleted,
+    # and told so once, however many passes.
+    for i in range(2, 50):
+        replacement = stranded_pod(f"server-{i}", owned=True)
+        clock.now += 5.0
+        for _ in range(3):
+            await stranded.check(replacement, f"ml/server-{i}", event, delete)
+        await stranded.check(None, f"ml/server-{i}", event, delete)
+        if len(deleted) > 1:
+            break
+    # ... until DELETE_BACKOFF seconds after the first deletion.
+    assert deleted == ["server-1", f"server-{i}"] and clock.now == 1000.0 + DELETE_BACKOFF
+    held = [m for name, m in messages if name == "server-2" and m.startswith("not deleted")]
+    assert len(held) == 1 and "next deletion is due in 55s" in held[0], messages
+    # The back-off doubles for that controller, up to its cap; another controller is not held back.
+    clock.now += DELETE_BACKOFF + 1
+    await stranded.check(stranded_pod("late", owned=True), "ml/late", event, delete)
+    assert deleted[-1] == f"server-{i}"
+    clock.now += DELETE_BACKOFF
+    await stranded.check(stranded_pod("later", owned=True), "ml/later", event, delete)
+    assert deleted[-1] == "later"
+    other = stranded_pod("job-1")
+    other["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "job-uid", "controller": True}]
+    await stranded.check(other, "ml/job-1", event, delete)
+    assert deleted[-1] == "job-1"
+    assert DELETE_BACKOFF * 2**10 > DELETE_BACKOFF_MAX
