@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpucluster.claimtemplates import expected_templates
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.paths import collection_path, object_path
@@ -42,6 +43,7 @@ from gpucluster.translate import (
     PROVISIONED_LABEL,
     RESOURCE_API_VERSION,
     TRANSLATED_LABEL,
+    template_name_candidates,
     template_name_matches,
     template_spec_problem,
     templates_from_annotation,
@@ -56,11 +58,13 @@ PROVISIONED_TEMPLATES = Resource(
     "/apis/resource.k8s.io/v1/resourceclaimtemplates",
     label_selector=f"{PROVISIONED_LABEL}=true",
 )
+RESOURCE_SLICES = Resource("ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices")
 CONFLICT_REASON = "ClaimTemplateConflict"
 REFUSED_REASON = "ClaimTemplateRefused"
 FIELD_MANAGER = "gpucluster"
 
 Key = tuple[str, str]  # (namespace, name)
+_HASH_LEN = 10  # the digest at the end of a translated template's name (gpucluster.translate)
 
 
 def _terminal(pod: Mapping[str, Any]) -> bool:
@@ -83,62 +87,141 @@ def template_object(namespace: str, name: str, spec: Mapping[str, Any]) -> KubeO
     }
 
 
+@dataclass(frozen=True)
+class Want:
+    """A template a pod may have: the spec the translation of its recorded requests gives, under
+    the name the pod refers to, and the names the webhook tries before that one (each must be
+    taken by another spec for this name to be the webhook's choice)."""
+
+    name: str
+    spec: dict[str, Any]
+    earlier: tuple[str, ...] = ()
+
+
 @dataclass
 class Plan:
     """What one pass should do."""
 
     create: dict[Key, KubeObject] = field(default_factory=dict)  # missing templates, with a pod wanting each
     wanted_by: dict[Key, list[KubeObject]] = field(default_factory=dict)  # pods per missing template
-    refused: list[tuple[KubeObject, str]] = field(default_factory=list)  # pods whose annotation we refuse
+    earlier: dict[Key, tuple[str, ...]] = field(default_factory=dict)  # names that must be taken first
+    refused: list[tuple[KubeObject, str]] = field(default_factory=list)  # pods whose templates we refuse
+    conflicts: list[tuple[KubeObject, Key, KubeObject]] = field(default_factory=list)  # (pod, key, other template)
     referenced: set[Key] = field(default_factory=set)  # templates some live pod refers to
 
 
-def wanted_templates(pod: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The templates a translated pod refers to and records: ``{name: spec}``, and refusals (why)."""
-    meta = metadata(pod)
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    specs = templates_from_annotation(annotations or {})
-    if specs is None:
-        return {}, ["its claim-templates annotation is missing or not a JSON object of template specs"]
-    out: dict[str, dict[str, Any]] = {}
-    problems = []
+def _referenced_names(pod: Mapping[str, Any]) -> list[str]:
+    names: list[str] = []
     for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = ref.get("resourceClaimTemplateName") if isinstance(ref, dict) else None
-        if not isinstance(name, str) or name not in specs:
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    return names
+
+
+def wanted_templates(pod: Mapping[str, Any], cluster: ClusterState | None = None) -> tuple[dict[str, Want], list[str]]:
+    """The templates of a translated pod that gpucluster provisions: ``{name: Want}``, and refusals (why).
+
+    What the pod's annotations say about specs is never used: the specs are re-derived from the
+    recorded original requests (:func:`gpucluster.claimtemplates.expected_templates`) with the
+    webhook's bounds and ``cluster``'s published MIG profiles. A template the pod refers to is
+    provisioned only when its name is the one the webhook gives that spec (or an alternative,
+    see :class:`Want`), one name per spec. Other templates the pod refers to are the user's own.
+    """
+    meta = metadata(pod)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    recorded = templates_from_annotation(annotations or {}) or {}
+    refs = _referenced_names(pod)
+    expected, why = expected_templates(pod, cluster if cluster is not None else ClusterState())
+    if why is not None:
+        return {}, [why]
+    out: dict[str, Want] = {}
+    names_of: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for ref in refs:
+        found: Want | None = None
+        base = ""
+        if ref in expected:
+            found, base = Want(ref, expected[ref]), ref
+        else:
+            for name, spec in expected.items():
+                if ref[:-_HASH_LEN] != name[:-_HASH_LEN]:
+                    continue
+                candidates = list(template_name_candidates(name, spec))
+                if ref in candidates:
+                    found, base = Want(ref, spec, tuple(candidates[: candidates.index(ref)])), name
+                    break
+        if found is None:
+            if ref in recorded:
+                problems.append(
+                    f"template {ref}: not a template the translation of the pod's recorded GPU requests gives"
+                )
             continue  # the user's own template: not ours to provision
-        spec = specs[name]
-        why = template_spec_problem(spec)
-        if why is None and not template_name_matches(name, spec):
-            why = "the name is not the one a translation gives this spec"
-        if why is not None:
-            problems.append(f"template {name}: {why}")
-            continue
-        out[name] = spec
+        names_of.setdefault(base, []).append(ref)
+        out[ref] = found
+    for names in names_of.values():
+        if len(names) > 1:
+            problems.append(f"templates {', '.join(names)}: one translated spec under {len(names)} names")
+            for name in names:
+                out.pop(name, None)
     return out, problems
 
 
-def plan(pods: list[KubeObject], existing: Callable[[str, str], KubeObject | None], satisfied: set[Key]) -> Plan:
+def plan(
+    pods: list[KubeObject],
+    existing: Callable[[str, str], KubeObject | None],
+    satisfied: set[Key],
+    cluster: ClusterState | None = None,
+) -> Plan:
     """Which templates to create for ``pods`` (the translated pods), given what exists.
 
-    ``existing(namespace, name)`` is our cached template; ``satisfied`` holds names found to exist
-    as someone else's object with the same spec (nothing to do for those).
+    ``existing(namespace, name)`` is our cached template (labelled as ours: it is ours only if its
+    spec is the one we would create); ``satisfied`` holds names found to exist as someone else's
+    object with the same spec (nothing to do for those). ``cluster`` gives the published MIG
+    profiles.
     """
     result = Plan()
+    view = cluster if cluster is not None else ClusterState()
     for pod in sorted(pods, key=lambda p: str(metadata(p).get("creationTimestamp") or "")):
         if _terminal(pod):
             continue
         namespace = str(metadata(pod).get("namespace") or "")
-        specs, problems = wanted_templates(pod)
+        wants, problems = wanted_templates(pod, view)
         if problems:
             result.refused.append((pod, "; ".join(problems)))
-        for name, spec in specs.items():
+        for name, want in wants.items():
             key = (namespace, name)
             result.referenced.add(key)
-            if existing(namespace, name) is not None or key in satisfied:
+            live = existing(namespace, name)
+            if live is not None:
+                if live.get("spec") != want.spec:
+                    result.conflicts.append((pod, key, live))  # labelled as ours, but not what we create
                 continue
-            result.create.setdefault(key, template_object(namespace, name, spec))
+            if key in satisfied:
+                continue
+            result.create.setdefault(key, template_object(namespace, name, want.spec))
             result.wanted_by.setdefault(key, []).append(pod)
+            result.earlier[key] = want.earlier
     return result
+
+
+def owned(template: Mapping[str, Any]) -> bool:
+    """Whether a template is one gpucluster created: labelled so, and its spec one a translation
+    makes under this very name. A label alone never makes an object ours."""
+    meta = metadata(template)
+    name = meta.get("name")
+    spec = template.get("spec")
+    return (
+        (meta.get("labels") or {}).get(PROVISIONED_LABEL) == "true"
+        and isinstance(name, str)
+        and template_spec_problem(spec) is None
+        and template_name_matches(name, spec)  # type: ignore[arg-type]
+    )
+
+
+def pods_naming(pods: list[KubeObject]) -> set[str]:
+    """The template names any of ``pods`` refers to (translated or not, live or finished)."""
+    return {name for pod in pods for name in _referenced_names(pod)}
 
 
 def collectable(
@@ -200,8 +283,91 @@ class ProvisionMetrics:
 EventSink = Callable[[Mapping[str, Any], str, str, str], Any]  # (object, type, reason, message) -> awaitable
 
 
+def _devices(spec: Any) -> str:
+    """What a template's claim asks for, in a few words: ``7 of gpu.nvidia.com``."""
+    counts: dict[str, int] = {}
+    requests = ((spec or {}).get("spec") or {}).get("devices", {}).get("requests") if isinstance(spec, dict) else None
+    for request in requests if isinstance(requests, list) else []:
+        exactly = request.get("exactly") if isinstance(request, dict) else None
+        if isinstance(exactly, dict):
+            device_class = str(exactly.get("deviceClassName"))
+            if exactly.get("allocationMode") == "All":
+                counts[device_class] = -1
+            elif counts.get(device_class, 0) >= 0:
+                count_ = exactly.get("count", 1)
+                counts[device_class] = counts.get(device_class, 0) + (count_ if isinstance(count_, int) else 1)
+        elif isinstance(request, dict) and request.get("firstAvailable"):
+            counts["a firstAvailable list"] = counts.get("a firstAvailable list", 0) + 1
+    if not counts:
+        return "no device"
+    return ", ".join(f"{'all' if n < 0 else n} of {c}" for c, n in sorted(counts.items()))
+
+
+def _claims_from(pod: Mapping[str, Any], template: str) -> list[tuple[str, str | None]]:
+    """(pod claim name, ResourceClaim name made for it, if any) for the claims of ``pod`` made from ``template``."""
+    made = {
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(s, dict)
+    }
+    out = []
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if isinstance(ref, dict) and ref.get("resourceClaimTemplateName") == template:
+            claim = made.get(str(ref.get("name")))
+            out.append((str(ref.get("name")), claim if isinstance(claim, str) else None))
+    return out
+
+
+def conflict_message(pod: Mapping[str, Any], namespace: str, name: str, ours: Any, theirs: Any) -> str:
+    """The truth about a pod whose template name is taken by another spec: its claim is (or will be)
+    made from that template, so it gets that template's devices, not the ones it asked for."""
+    claims = _claims_from(pod, name)
+    made = [f"{c} (ResourceClaim {rc})" for c, rc in claims if rc]
+    pending = [c for c, rc in claims if not rc]
+    parts = []
+    if made:
+        parts.append(f"the pod's claim {', '.join(made)} was made from it")
+    if pending:
+        parts.append(f"kube-controller-manager makes the pod's claim {', '.join(pending)} from it")
+    which = " and ".join(parts) or "the pod's claims are made from it"
+    return (
+        f"ResourceClaimTemplate {namespace}/{name} exists with another spec and was not created by gpucluster; "
+        f"{which}, so the pod gets {_devices(theirs)} instead of the {_devices(ours)} it asked for. "
+        "Delete the pod: its replacement is translated under another template name"
+    )
+
+
+@dataclass
+class _Backoff:
+    until: float
+    delay: float
+
+
+BACKOFF_INITIAL = 1.0  # seconds before a refused create is tried again, doubled up to BACKOFF_MAX
+BACKOFF_MAX = 300.0
+DEFAULT_CONCURRENCY = 16  # templates created at once
+# Set on a pod once a template it waits for exists: the update makes kube-controller-manager's
+# resourceclaim controller sync the pod now (it enqueues a pod on every update) instead of after
+# its exponential retry backoff for a pod whose template was missing.
+TOUCH_ANNOTATION = "gpucluster.nvidia.com/claim-templates-ready"
+
+
+def fair_order(keys: list[Key]) -> list[Key]:
+    """``keys`` (oldest pod's first) interleaved round-robin by namespace, so that no namespace's
+    many templates delay another's first one."""
+    queues: dict[str, list[Key]] = {}
+    for key in keys:
+        queues.setdefault(key[0], []).append(key)
+    out: list[Key] = []
+    lists = list(queues.values())
+    for i in range(max((len(q) for q in lists), default=0)):
+        out.extend(q[i] for q in lists if i < len(q))
+    return out
+
+
 class Provisioner:
-    """Runs the reflectors of translated pods and our templates, and a pass after every change."""
+    """Runs the reflectors of translated pods, our templates and ResourceSlices (the published MIG
+    profiles), and a pass after every change."""
 
     def __init__(
         self,
@@ -214,6 +380,8 @@ class Provisioner:
         registry: CollectorRegistry | None = None,
         min_interval: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        touch: bool = True,
     ) -> None:
         self.kube = kube
         self.event = event
@@ -222,14 +390,18 @@ class Provisioner:
         self.grace_period = grace_period
         self.min_interval = min_interval
         self.clock = clock
+        self.concurrency = max(1, concurrency)
+        self.touch = touch
         self.state = ClusterState()
         self.metrics = ProvisionMetrics(registry or CollectorRegistry())
         self.dirty = asyncio.Event()
         self.reflectors = [
-            Reflector(kube, r, self.state, on_event=self._on_event) for r in (TRANSLATED_PODS, PROVISIONED_TEMPLATES)
+            Reflector(kube, r, self.state, on_event=self._on_event)
+            for r in (TRANSLATED_PODS, PROVISIONED_TEMPLATES, RESOURCE_SLICES)
         ]
         self.unreferenced_since: dict[Key, float] = {}
         self.satisfied: set[Key] = set()  # someone else's template with our spec
+        self.backoff: dict[Key, _Backoff] = {}  # refused creates: not before
         self._reported: dict[str, str] = {}  # pod uid -> last message posted
         self.passes = 0
 
@@ -237,15 +409,26 @@ class Provisioner:
         self.dirty.set()
 
     def synced(self) -> bool:
-        return self.state.synced(["Pod", "ResourceClaimTemplate"])
+        return self.state.synced(["Pod", "ResourceClaimTemplate", "ResourceSlice"])
+
+    def owned(self) -> list[KubeObject]:
+        """The templates gpucluster created (:func:`owned`): what the collector and the finalizer may delete."""
+        return [t for t in self.state.list("ResourceClaimTemplate") if owned(t)]
+
+    def _wait(self) -> float:
+        wait = min(5.0, max(self.grace_period / 4, 0.05))
+        if self.backoff:
+            wait = min(wait, max(0.05, min(b.until for b in self.backoff.values()) - self.clock()))
+        return wait
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(r.run()) for r in self.reflectors]
         try:
             while not stop.is_set():
-                # Wake on any change, and at least every few seconds for the grace-period clock.
+                # Wake on any change, at least every few seconds for the grace-period clock, and
+                # when a backed-off create is due.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.dirty.wait(), min(5.0, max(self.grace_period / 4, 0.05)))
+                    await asyncio.wait_for(self.dirty.wait(), self._wait())
                 if stop.is_set():
                     return
                 self.dirty.clear()
@@ -271,62 +454,160 @@ class Provisioner:
         """One pass: create what live pods need, report refusals and conflicts, collect the unneeded."""
         self.passes += 1
         pods = self.state.list("Pod")
-        result = plan(pods, self._ours, self.satisfied)
+        result = plan(pods, self._ours, self.satisfied, self.state)
         self.satisfied &= result.referenced
+        for key in set(self.backoff) - set(result.create):
+            del self.backoff[key]
         live_uids = {str(metadata(p).get("uid")) for p in pods}
         for pod, why in result.refused:
             await self._report(pod, "Warning", REFUSED_REASON, f"gpucluster provisions no claim template: {why}")
+        for pod, (namespace, name), live in result.conflicts:
+            want = result_spec(pod, name, self.state)
+            await self._conflict(pod, namespace, name, want, live.get("spec"))
         if self.accepting():
-            for key, template in result.create.items():
-                await self._create(key, template, result.wanted_by[key])
-        templates = self.state.list("ResourceClaimTemplate")
+            await self._create_all(result)
         for template in collectable(
-            templates, result.referenced, self.unreferenced_since, self.clock(), self.grace_period
+            self.owned(), result.referenced, self.unreferenced_since, self.clock(), self.grace_period
         ):
             await self._collect(template)
         self.metrics.owned.set(len(self.state.list("ResourceClaimTemplate")))
         for uid in set(self._reported) - live_uids:
             del self._reported[uid]
 
-    async def _create(self, key: Key, template: KubeObject, pods: list[KubeObject]) -> None:
+    async def _create_all(self, result: Plan) -> None:
+        """Create the missing templates, at most ``concurrency`` at once, namespaces in turn; then
+        touch the pods that waited for them."""
+        now = self.clock()
+        due = [k for k in result.create if k not in self.backoff or self.backoff[k].until <= now]
+        if not due:
+            return
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(key: Key) -> bool:
+            async with gate:
+                return await self._create(key, result.create[key], result.wanted_by[key], result.earlier.get(key, ()))
+
+        done = await asyncio.gather(*(one(k) for k in fair_order(due)))
+        if not self.touch:
+            return
+        waiting: dict[str, KubeObject] = {}
+        for key, ready in zip(fair_order(due), done, strict=True):
+            if ready:
+                for pod in result.wanted_by[key]:
+                    waiting.setdefault(str(metadata(pod).get("uid")), pod)
+
+        async def touch(pod: KubeObject) -> None:
+            async with gate:
+                await self._touch(pod)
+
+        await asyncio.gather(*(touch(p) for p in waiting.values()))
+
+    async def _touch(self, pod: KubeObject) -> None:
+        """A metadata-only update of ``pod``: the resourceclaim controller syncs it at once."""
+        meta = metadata(pod)
+        path = object_path({"apiVersion": "v1", "kind": "Pod", **pod})
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {"metadata": {"annotations": {TOUCH_ANNOTATION: stamp}}}
+        try:
+            await self.kube.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+        except KubeError as exc:  # gone, or not ours to touch: its claims come with upstream's retry
+            log.info(
+                "could not touch pod namespace=%s name=%s status=%s",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc.status,
+            )
+        except (OSError, TimeoutError) as exc:
+            log.info("could not touch pod namespace=%s name=%s error=%s", meta.get("namespace"), meta.get("name"), exc)
+
+    def _back_off(self, key: Key) -> None:
+        previous = self.backoff.get(key)
+        delay = min(BACKOFF_MAX, previous.delay * 2) if previous else BACKOFF_INITIAL
+        self.backoff[key] = _Backoff(self.clock() + delay, delay)
+
+    async def _earlier_free(self, namespace: str, earlier: tuple[str, ...], spec: Any) -> str | None:
+        """The first of ``earlier`` that is not taken by another spec (the webhook would have chosen it)."""
+        for name in earlier:
+            live = await self._get({"apiVersion": RESOURCE_API_VERSION, "kind": "ResourceClaimTemplate",
+                                    "metadata": {"name": name, "namespace": namespace}})  # fmt: skip
+            if live is None or live.get("spec") == spec:
+                return name
+        return None
+
+    async def _create(self, key: Key, template: KubeObject, pods: list[KubeObject], earlier: tuple[str, ...]) -> bool:
+        """Create one template; True when a template with our spec exists afterwards."""
         namespace, name = key
+        try:
+            free = await self._earlier_free(namespace, earlier, template["spec"]) if earlier else None
+        except (KubeError, OSError, TimeoutError):
+            self._back_off(key)
+            return False
+        if free is not None:
+            for pod in pods:
+                await self._report(
+                    pod, "Warning", REFUSED_REASON,
+                    f"gpucluster provisions no claim template {name}: the webhook names this spec {name} only while "
+                    f"{free} is taken by another spec, and it is not; recreate the pod",
+                )  # fmt: skip
+            self._back_off(key)
+            return False
         path = collection_path(RESOURCE_API_VERSION, "ResourceClaimTemplate", namespace)
         try:
             created = await self.kube.request("POST", path, body=template, query=[("fieldManager", FIELD_MANAGER)])
+        except (OSError, TimeoutError) as exc:
+            log.warning("creating claim template failed namespace=%s name=%s error=%s", namespace, name, exc)
+            self._back_off(key)
+            return False
         except KubeError as exc:
-            if exc.status in (403, 404, 422):
-                # The namespace is going away (403/404), or the API server refuses the object:
-                # retrying every pass cannot help; say so on the pods, once.
-                for pod in pods:
-                    await self._report(
-                        pod, "Warning", REFUSED_REASON, f"cannot create ResourceClaimTemplate {name}: {exc}"
-                    )
-                return
             if exc.status != 409:
-                raise
-            live = await self._get(template)
-            if live is None:
-                self.dirty.set()  # deleted meanwhile: try again
-                return
-            if (metadata(live).get("labels") or {}).get(PROVISIONED_LABEL) == "true":
-                live.setdefault("kind", "ResourceClaimTemplate")
-                self.state.upsert("ResourceClaimTemplate", live)  # ours, the watch is behind
-                return
-            if live.get("spec") == template["spec"]:
-                self.satisfied.add(key)  # someone else's, same content: the pod's claims work
-                return
-            self.metrics.conflicts.inc()
-            for pod in pods:
-                await self._report(
-                    pod, "Warning", CONFLICT_REASON,
-                    f"ResourceClaimTemplate {namespace}/{name} exists with another spec and was not created by "
-                    "gpucluster; the pod's claims cannot be made from it: delete that template or recreate the pod",
-                )  # fmt: skip
-            return
+                self._back_off(key)  # not on every pass: a refused create waits, doubling, up to 5 min
+                if exc.status in (403, 404, 422):
+                    # The namespace is going away (403/404), a quota, or the API server refuses
+                    # the object: say so on the pods, once.
+                    for pod in pods:
+                        await self._report(
+                            pod, "Warning", REFUSED_REASON, f"cannot create ResourceClaimTemplate {name}: {exc}"
+                        )
+                else:
+                    log.warning("creating claim template failed namespace=%s name=%s error=%s", namespace, name, exc)
+                return False
+            return await self._exists(key, template, pods)
+        self.backoff.pop(key, None)
         created.setdefault("kind", "ResourceClaimTemplate")
         self.state.upsert("ResourceClaimTemplate", created)
         self.metrics.created.inc()
         log.info("created claim template namespace=%s name=%s for=%s", namespace, name, metadata(pods[0]).get("name"))
+        return True
+
+    async def _exists(self, key: Key, template: KubeObject, pods: list[KubeObject]) -> bool:
+        """After a 409: a template of that name exists. Ours only if its spec is ours."""
+        namespace, name = key
+        try:
+            live = await self._get(template)
+        except (KubeError, OSError, TimeoutError):
+            self._back_off(key)
+            return False
+        if live is None:
+            self.dirty.set()  # deleted meanwhile: try again
+            return False
+        self.backoff.pop(key, None)
+        if live.get("spec") == template["spec"]:
+            if owned(live):
+                live.setdefault("kind", "ResourceClaimTemplate")
+                self.state.upsert("ResourceClaimTemplate", live)  # ours, the watch is behind
+            else:
+                self.satisfied.add(key)  # someone else's, same content: the pod's claims are right
+            return True
+        for pod in pods:
+            await self._conflict(pod, namespace, name, template["spec"], live.get("spec"))
+        self._back_off(key)  # not again on every pass; once that template is gone, ours is created
+        return False
+
+    async def _conflict(self, pod: KubeObject, namespace: str, name: str, ours: Any, theirs: Any) -> None:
+        message = conflict_message(pod, namespace, name, ours, theirs)
+        if self._reported.get(str(metadata(pod).get("uid"))) != message:
+            self.metrics.conflicts.inc()
+        await self._report(pod, "Warning", CONFLICT_REASON, message)
 
     async def _get(self, template: KubeObject) -> KubeObject | None:
         try:
@@ -336,8 +617,31 @@ class Provisioner:
                 return None
             raise
 
+    async def _users(self, namespace: str) -> set[str] | None:
+        """The template names any pod of ``namespace`` refers to (None: could not list them)."""
+        names: set[str] = set()
+        query: list[tuple[str, str]] = [("limit", "500")]
+        try:
+            while True:
+                page = await self.kube.get(f"/api/v1/namespaces/{namespace}/pods", query=query)
+                names |= pods_naming(list(page.get("items") or []))
+                more = (page.get("metadata") or {}).get("continue")
+                if not more:
+                    return names
+                query = [("limit", "500"), ("continue", str(more))]
+        except (KubeError, OSError, TimeoutError) as exc:
+            log.warning("cannot list pods before collecting namespace=%s error=%s", namespace, exc)
+            return None
+
     async def _collect(self, template: KubeObject) -> None:
         meta = metadata(template)
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name"))
+        # Any pod that exists is a user, whatever its labels (a migrated Deployment's pods name
+        # the template without being translated): ask the API server, not our label-selected cache.
+        users = await self._users(namespace)
+        if users is None or name in users:
+            self.unreferenced_since[(namespace, name)] = self.clock()  # the grace period starts again
+            return
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -350,9 +654,9 @@ class Provisioner:
                 raise
             return
         self.state.delete("ResourceClaimTemplate", template)
-        self.unreferenced_since.pop((str(meta.get("namespace") or ""), str(meta.get("name"))), None)
+        self.unreferenced_since.pop((namespace, name), None)
         self.metrics.collected.inc()
-        log.info("deleted unreferenced claim template namespace=%s name=%s", meta.get("namespace"), meta.get("name"))
+        log.info("deleted unreferenced claim template namespace=%s name=%s", namespace, name)
 
     async def _report(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """One event per pod and message, not one per pass."""
@@ -362,3 +666,9 @@ class Provisioner:
         self._reported[uid] = message
         pod = {"apiVersion": "v1", "kind": "Pod", **pod}
         await self.event(pod, type_, reason, message)
+
+
+def result_spec(pod: Mapping[str, Any], name: str, cluster: ClusterState) -> Any:
+    """The spec ``pod``'s template ``name`` should have (the re-derived one)."""
+    want = wanted_templates(pod, cluster)[0].get(name)
+    return want.spec if want is not None else None

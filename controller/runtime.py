@@ -176,7 +176,7 @@ class Controller:
             kube, event=self.reconciler.event, leads=self._leads, grace_period=template_grace_period,
             registry=registry, accepting=self._accepting_templates,
         )  # fmt: skip
-        self.reconciler.provisioned_templates = lambda: self.provisioner.state.list("ResourceClaimTemplate")
+        self.reconciler.provisioned_templates = self.provisioner.owned
         self.stranded = StrandedPods(self.state, namespace, delete=delete_stranded_pods, registry=registry)
 
     def _resources(self) -> list[Resource]:

@@ -42,30 +42,23 @@ def test_plan_creates_what_live_pods_refer_to_once() -> None:
     assert plan([done], none, set()).create == {}  # a finished pod needs no claim any more
 
 
-def test_forged_annotations_are_refused() -> None:
+def test_forged_annotation_specs_are_never_used() -> None:
+    # The specs the claim-templates annotation records are not read: the controller re-derives
+    # them from the recorded original requests (1 GPU here), whatever the annotation says.
     pod = translated()
     name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
-    specs = json.loads(pod["metadata"]["annotations"][TEMPLATES_ANNOTATION])
-    spec = specs[name]
-    spec["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "anything.example.com"
-    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps(specs)
-    assert wanted_templates(pod)[0] == {}
-    assert "not one a translation requests" in wanted_templates(pod)[1][0]
-    # A valid spec under a name that is not its content-addressed one.
+    honest = json.loads(pod["metadata"]["annotations"][TEMPLATES_ANNOTATION])[name]
+    forged = json.loads(json.dumps(honest))
+    forged["spec"]["devices"]["requests"][0]["exactly"]["count"] = 32
+    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps({name: forged})
+    wants, problems = wanted_templates(pod)
+    assert problems == [] and [w.spec for w in wants.values()] == [honest]
+    # A name of the user's choosing is not a translation's: nothing, and the event says so.
     pod = translated()
-    specs = json.loads(pod["metadata"]["annotations"][TEMPLATES_ANNOTATION])
-    [(name, spec)] = specs.items()
     pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "gpucluster-chosen-name"
-    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps({"gpucluster-chosen-name": spec})
-    templates, problems = wanted_templates(pod)
-    assert templates == {} and "not the one a translation gives" in problems[0]
-    # Too many devices in one template (a translation never makes one).
-    forged = translated()
-    specs = json.loads(forged["metadata"]["annotations"][TEMPLATES_ANNOTATION])
-    [(name, spec)] = specs.items()
-    spec["spec"]["devices"]["requests"][0]["exactly"]["count"] = 1000
-    forged["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps(specs)
-    assert "count must be 1 to 32" in wanted_templates(forged)[1][0]
+    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = json.dumps({"gpucluster-chosen-name": honest})
+    wants, problems = wanted_templates(pod)
+    assert wants == {} and "not a template the translation of the pod's recorded GPU requests gives" in problems[0]
 
 
 def test_collectable_after_the_grace_period_only() -> None:
@@ -112,13 +105,13 @@ async def test_collision_after_admission_is_a_warning_event_once() -> None:
     await provisioner.reconcile()
     [(type_, reason, message)] = events
     assert (type_, reason) == ("Warning", CONFLICT_REASON) and f"ml/{name}" in message
-    assert [m for m, _ in kube.requests].count("POST") == 2  # tried again, reported once
+    assert [m for m, _ in kube.requests].count("POST") == 1  # backed off, reported once
     assert ("PUT", f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/{name}") not in kube.requests
 
 
 async def test_refused_annotation_is_a_warning_event() -> None:
     pod = translated()
-    pod["metadata"]["annotations"][TEMPLATES_ANNOTATION] = "not json"
+    pod["metadata"]["annotations"]["gpucluster.nvidia.com/translated-from"] = "not json"
     events: list[str] = []
 
     async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

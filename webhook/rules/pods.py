@@ -25,6 +25,13 @@ from typing import Any
 
 import orjson
 
+from gpucluster.claimtemplates import (  # noqa: F401 (re-exported: the webhook's bounds)
+    MAX_DEVICES_PER_POD,
+    NVIDIA_GPU_DRIVER,
+    Published,
+    bound_problems,
+    published,
+)
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
 from gpucluster.lru import LRU
@@ -35,7 +42,6 @@ from gpucluster.translate import (
     TRANSLATED_LABEL,
     Translation,
     TranslationConfig,
-    mig_profile,
     template_name_candidates,
     templates_annotation,
     translate_pod_spec,
@@ -44,7 +50,6 @@ from webhook.review import AdmissionRequest, Verdict, encode_patch, short_warnin
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 
 # The webhook is only called for pods that ask for a GPU-looking resource (see configurations).
 MATCH_CONDITION = (
@@ -375,61 +380,6 @@ def _mutate_pod(
 
 
 # ----------------------------------------------------------------------------- bounds and names
-
-# No pod gets more devices than this through translation: a typo (nvidia.com/gpu: 800) or a
-# hostile pod must not make the controller provision without bound.
-MAX_DEVICES_PER_POD = 64
-
-
-@dataclass(frozen=True)
-class Published:
-    """What the cluster view says exists: None where the view knows nothing (offline, no driver yet).
-
-    DeviceClasses are not looked up: a translation only ever names the configured NVIDIA classes.
-    """
-
-    mig_profiles: frozenset[str] | None
-
-
-def _published(cluster: ClusterState) -> Published:
-    profiles: set[str] = set()
-    nvidia_devices = False
-    for rs in cluster.list("ResourceSlice"):
-        spec = rs.get("spec")
-        if not isinstance(spec, dict) or spec.get("driver") != NVIDIA_GPU_DRIVER:
-            continue
-        for device in spec.get("devices") or []:
-            nvidia_devices = True
-            attrs = device.get("attributes") if isinstance(device, dict) else None
-            profile = (attrs or {}).get("profile") or (attrs or {}).get(f"{NVIDIA_GPU_DRIVER}/profile")
-            if isinstance(profile, dict) and isinstance(profile.get("string"), str):
-                profiles.add(profile["string"])
-    return Published(frozenset(profiles) if nvidia_devices else None)
-
-
-def published(cluster: ClusterState) -> Published:
-    """The MIG profiles of the view, recomputed only when its ResourceSlices changed (other kinds'
-    churn, templates and namespaces, leaves the index alone)."""
-    return cluster.derived("published-mig-profiles", _published, kinds=("ResourceSlice",))
-
-
-def bound_problems(translation: Translation, cluster: ClusterState, config: TranslationConfig) -> list[str]:
-    """Why a translation asks for more than may be requested: MIG profiles no node publishes, too many devices."""
-    known = published(cluster)
-    problems = []
-    total = sum(translation.devices.values())
-    if total > MAX_DEVICES_PER_POD:
-        problems.append(f"the pod asks for {total} devices (at most {MAX_DEVICES_PER_POD} are translated)")
-    if known.mig_profiles is not None and config.mig_prefix:
-        unknown = sorted(
-            mig_profile(r[len(config.mig_prefix) :])
-            for r in translation.resources
-            if r.startswith(config.mig_prefix) and r not in config.mapping
-        )
-        unknown = [p for p in unknown if p not in known.mig_profiles]
-        if unknown:
-            problems.append(f"no node publishes MIG profile {', '.join(unknown)}")
-    return problems
 
 
 def free_template_names(

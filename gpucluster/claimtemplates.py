@@ -1,0 +1,180 @@
+"""Which ResourceClaimTemplates a translated pod may have: re-derived, never read from the pod.
+
+The webhook translates a pod at admission and records the original requests in
+``gpucluster.nvidia.com/translated-from`` (``{"containers": {name: {resource: quantity}}}``). The
+controller must not create what a pod's annotations *say*: anyone who may create a pod may write
+them, and the controller creates under its own rights. So it re-derives the templates with the
+same pure translation the webhook runs, from the recorded requests and the pod's own containers
+(names, order, init containers and sidecars), and the same bounds (:func:`bound_problems`: at
+most :data:`MAX_DEVICES_PER_POD` devices, MIG profiles the cluster publishes). The result is what
+an honest GPU request of that pod would have been given, whatever the annotations say.
+
+Shared by the webhook (the bounds) and the controller (the bounds and the re-derivation); no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpucluster.clusterstate import ClusterState, metadata
+from gpucluster.policy import WEBHOOK_CONFIG
+from gpucluster.translate import Translation, TranslationConfig, mig_profile, translate_pod_spec
+
+__all__ = [
+    "MAX_DEVICES_PER_POD",
+    "NVIDIA_GPU_DRIVER",
+    "Published",
+    "bound_problems",
+    "expected_templates",
+    "original_pod_spec",
+    "published",
+]
+
+NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+
+# No pod gets more devices than this through translation: a typo (nvidia.com/gpu: 800) or a
+# hostile pod must not make the controller provision without bound.
+MAX_DEVICES_PER_POD = 64
+
+# The record of one container: a few resources with their quantities as written.
+_MAX_RECORD_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the cluster view says exists: None where the view knows nothing (offline, no driver yet).
+
+    DeviceClasses are not looked up: a translation only ever names the configured NVIDIA classes.
+    """
+
+    mig_profiles: frozenset[str] | None
+
+
+def _published(cluster: ClusterState) -> Published:
+    profiles: set[str] = set()
+    nvidia_devices = False
+    for rs in cluster.list("ResourceSlice"):
+        spec = rs.get("spec")
+        if not isinstance(spec, dict) or spec.get("driver") != NVIDIA_GPU_DRIVER:
+            continue
+        for device in spec.get("devices") or []:
+            nvidia_devices = True
+            attrs = device.get("attributes") if isinstance(device, dict) else None
+            profile = (attrs or {}).get("profile") or (attrs or {}).get(f"{NVIDIA_GPU_DRIVER}/profile")
+            if isinstance(profile, dict) and isinstance(profile.get("string"), str):
+                profiles.add(profile["string"])
+    return Published(frozenset(profiles) if nvidia_devices else None)
+
+
+def published(cluster: ClusterState) -> Published:
+    """The MIG profiles of the view, recomputed only when its ResourceSlices changed (other kinds'
+    churn, templates and namespaces, leaves the index alone)."""
+    return cluster.derived("published-mig-profiles", _published, kinds=("ResourceSlice",))
+
+
+def bound_problems(translation: Translation, cluster: ClusterState, config: TranslationConfig) -> list[str]:
+    """Why a translation asks for more than may be requested: MIG profiles no node publishes, too many devices."""
+    known = published(cluster)
+    problems = []
+    total = sum(translation.devices.values())
+    if total > MAX_DEVICES_PER_POD:
+        problems.append(f"the pod asks for {total} devices (at most {MAX_DEVICES_PER_POD} are translated)")
+    if known.mig_profiles is not None and config.mig_prefix:
+        unknown = sorted(
+            mig_profile(r[len(config.mig_prefix) :])
+            for r in translation.resources
+            if r.startswith(config.mig_prefix) and r not in config.mapping
+        )
+        unknown = [p for p in unknown if p not in known.mig_profiles]
+        if unknown:
+            problems.append(f"no node publishes MIG profile {', '.join(unknown)}")
+    return problems
+
+
+def _record(raw: Any) -> tuple[dict[str, dict[str, str]] | None, str | None]:
+    if not isinstance(raw, str):
+        return None, "the pod has no record of its original GPU requests"
+    if len(raw) > _MAX_RECORD_BYTES:
+        return None, "the record of its original GPU requests is too large"
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, "the record of its original GPU requests is not JSON"
+    containers = value.get("containers") if isinstance(value, dict) else None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"containers"}
+        or not isinstance(containers, dict)
+        or not all(
+            isinstance(k, str)
+            and isinstance(v, dict)
+            and all(isinstance(r, str) and isinstance(q, str) for r, q in v.items())
+            for k, v in containers.items()
+        )
+    ):
+        return None, 'the record of its original GPU requests is not {"containers": {name: {resource: quantity}}}'
+    return containers, None
+
+
+def original_pod_spec(
+    pod_spec: Mapping[str, Any], record: Any, config: TranslationConfig = WEBHOOK_CONFIG
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The pod spec as far as a translation reads it, rebuilt from a translated pod and its record.
+
+    Every container keeps its name, its place and whether it is a sidecar; it asks for exactly the
+    recorded quantities (as limits) and nothing else. ``(None, why)`` when the record is not one a
+    translation writes or names containers the pod does not have.
+    """
+    containers, why = _record(record)
+    if containers is None:
+        return None, why
+    rebuilt: dict[str, Any] = {}
+    seen: set[str] = set()
+    for key in ("initContainers", "containers"):
+        out = []
+        for c in pod_spec.get(key) or []:
+            if not isinstance(c, Mapping):
+                continue
+            name = str(c.get("name", ""))
+            entry: dict[str, Any] = {"name": name}
+            if key == "initContainers" and c.get("restartPolicy") is not None:
+                entry["restartPolicy"] = c.get("restartPolicy")
+            asked = containers.get(name)
+            if asked:
+                unknown = [r for r in asked if config.resolve(r) is None]
+                if unknown:
+                    return None, f"the record names {unknown[0]}, which gpucluster does not translate"
+                entry["resources"] = {"limits": dict(asked)}
+            seen.add(name)
+            out.append(entry)
+        rebuilt[key] = out
+    missing = sorted(set(containers) - seen)
+    if missing:
+        return None, f"the record names container {missing[0]}, which the pod does not have"
+    return rebuilt, None
+
+
+def expected_templates(
+    pod: Mapping[str, Any], cluster: ClusterState, config: TranslationConfig = WEBHOOK_CONFIG
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """``{content-addressed name: spec}`` of the templates the webhook's translation gives ``pod``
+    (re-derived from its recorded original requests, within the webhook's bounds and the view's
+    published MIG profiles), or ``({}, why not)``."""
+    meta = metadata(pod)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    original, why = original_pod_spec(spec or {}, (annotations or {}).get(config.annotation), config)
+    if original is None:
+        return {}, why
+    namespace = str(meta.get("namespace") or "") or None
+    translation = translate_pod_spec(original, namespace=namespace, config=config)
+    if not translation.changed:
+        first = translation.problems[0] if translation.problems else "they ask for no device"
+        return {}, f"its recorded requests are not translated ({first})"
+    bounds = bound_problems(translation, cluster, config)
+    if bounds:
+        return {}, "; ".join(bounds)
+    return {str(t["metadata"]["name"]): t["spec"] for t in translation.templates}, None
