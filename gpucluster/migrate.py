@@ -101,6 +101,7 @@ from ruamel.yaml.tokens import CommentToken
 from gpucluster.errors import InputError
 from gpucluster.translate import (
     DEFAULT_CONFIG,
+    PROVISIONED_LABEL,
     TEMPLATES_ANNOTATION,
     TRANSLATED_LABEL,
     Translation,
@@ -1212,6 +1213,10 @@ def _new_templates(
         present.add(key)
         meta = dict(template["metadata"])
         ordered = {k: meta.pop(k) for k in ("name", "namespace") if k in meta}
+        # The manifest owns this template, not the controller: "false" also takes over, on
+        # kubectl apply, one the controller provisioned for the same pods before migration (the
+        # controller then never collects or deletes it).
+        meta["labels"] = {**(meta.get("labels") or {}), PROVISIONED_LABEL: "false"}
         fresh.append({**template, "metadata": {**ordered, **meta}})
         result.created.append(_template_label(key))
     return fresh

@@ -220,7 +220,7 @@ def test_cluster_training_runtime_gets_no_namespaceless_template_and_says_what_t
     assert pod["metadata"]["labels"] == {TRANSLATED_LABEL: "true"}
     wanted, refused = wanted_templates(pod)
     assert list(wanted) == [name] and refused == []
-    assert wanted[name]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 8
+    assert wanted[name].spec["spec"]["devices"]["requests"][0]["exactly"]["count"] == 8
     (workload,) = result.migrated
     (note,) = workload.notes
     assert note.startswith("cluster-scoped: its pods run in the namespaces of the TrainJobs whose runtimeRef names it")
