@@ -411,6 +411,37 @@ def field_set(obj: Obj, types: TypeInfo, *, subresource: str = "", has_status: b
     return out
 
 
+def duplicate_entry(obj: Obj, types: TypeInfo) -> str | None:
+    """Where an applied object repeats a list-map key or a set value, as structured-merge-diff's
+    typed conversion refuses it: ``.spec.ports: duplicate entries for key [port=80,protocol="TCP"]``."""
+
+    def walk(value: Any, path: Path, names: tuple[str, ...]) -> str | None:
+        if isinstance(value, dict):
+            if types.atomic_map(names):
+                return None
+            for key, child in value.items():
+                found = walk(child, (*path, f"f:{key}"), (*names, key))
+                if found:
+                    return found
+            return None
+        if isinstance(value, list):
+            elems = _elements(value, names, types)
+            if elems is None:
+                return None
+            seen: set[str] = set()
+            for elem in elems:
+                if elem in seen:
+                    return f"{path_string(path)}: duplicate entries for key {path_string((elem,))}"
+                seen.add(elem)
+            for elem, item in zip(elems, value, strict=True):
+                found = walk(item, (*path, elem), (*names, "[]"))
+                if found:
+                    return found
+        return None
+
+    return walk(obj, (), ())
+
+
 def flatten(obj: Obj, types: TypeInfo) -> FieldSet:
     """Every path ``obj`` sets (its ``ToFieldSet``)."""
     return field_set(obj, types)

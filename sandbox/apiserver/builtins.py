@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
-from gpucluster.dra.quantity import Quantity, QuantityError
+from sandbox.apiserver import podspec
+from sandbox.apiserver.podspec import DecodeError
 from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors
 
 Obj = dict[str, Any]
@@ -467,111 +468,6 @@ def _selector_matches(selector: Obj | None, labels: Obj) -> bool:
     return True
 
 
-QUANTITY_REGEXP = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-
-
-class DecodeError(ValueError):
-    """The body cannot be decoded into the Go type at all (kube-apiserver answers 400, not 422)."""
-
-
-def _native(resource: str) -> bool:
-    """Native resources (cpu, memory, kubernetes.io/...) may be overcommitted; extended ones may not."""
-    return "/" not in resource or resource.startswith("kubernetes.io/") or ".kubernetes.io/" in resource
-
-
-def _quantity(value: Any) -> Quantity:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise DecodeError(f"quantities must match the regular expression '{QUANTITY_REGEXP}'")
-    try:
-        return Quantity.parse(value if isinstance(value, str) else json.dumps(value))
-    except QuantityError:
-        raise DecodeError(f"quantities must match the regular expression '{QUANTITY_REGEXP}'") from None
-
-
-def _resources_causes(resources: Any, path: str) -> list[Cause]:
-    """ValidateResourceRequirements: non-negative (integer for extended) quantities, requests <= limits."""
-    if not isinstance(resources, dict):
-        return []
-    causes: list[Cause] = []
-    parsed: dict[str, dict[str, Quantity]] = {}
-    for part in ("limits", "requests"):
-        items = resources.get(part)
-        parsed[part] = {}
-        for name, raw in items.items() if isinstance(items, dict) else []:
-            q = _quantity(raw)
-            parsed[part][name] = q
-            where = f"{path}.{part}[{name}]"
-            if q.sign() < 0:
-                causes.append(("FieldValueInvalid", where, f'Invalid value: "{q}": must be greater than or equal to 0'))
-            elif not _native(name) and q.value.denominator != 1:
-                causes.append(("FieldValueInvalid", where, f'Invalid value: "{q}": must be an integer'))
-    for name, q in parsed["requests"].items():
-        limit = parsed["limits"].get(name)
-        if limit is None:
-            if not _native(name):
-                causes.append(
-                    (
-                        "FieldValueRequired",
-                        f"{path}.limits",
-                        "Required value: Limit must be set for non overcommitable resources",
-                    )
-                )
-        elif not _native(name) and q != limit:
-            causes.append(
-                (
-                    "FieldValueInvalid",
-                    f"{path}.requests",
-                    f'Invalid value: "{q}": must be equal to {name} limit of {limit}',
-                )
-            )
-        elif q > limit:
-            causes.append(
-                (
-                    "FieldValueInvalid",
-                    f"{path}.requests",
-                    f'Invalid value: "{q}": must be less than or equal to {name} limit of {limit}',
-                )
-            )
-    return causes
-
-
-def _pod_spec_causes(spec: Any, path: str) -> list[Cause]:
-    if not isinstance(spec, dict):
-        return [("FieldValueRequired", path, "Required value")]
-    causes: list[Cause] = []
-    if "overhead" in spec:
-        for name, raw in (spec["overhead"] or {}).items():
-            if _quantity(raw).sign() < 0:
-                causes.append(
-                    (
-                        "FieldValueInvalid",
-                        f"{path}.overhead[{name}]",
-                        f'Invalid value: "{_quantity(raw)}": must be greater than or equal to 0',
-                    )
-                )
-    containers = spec.get("containers")
-    if not containers:
-        causes.append(("FieldValueRequired", f"{path}.containers", "Required value"))
-    seen: set[str] = set()
-    for key in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(key) or []):
-            where = f"{path}.{key}[{i}]"
-            name = c.get("name") if isinstance(c, dict) else None
-            if not name:
-                causes.append(("FieldValueRequired", f"{where}.name", "Required value"))
-            elif name in seen:
-                causes.append(("FieldValueDuplicate", f"{where}.name", f'Duplicate value: "{name}"'))
-            else:
-                seen.add(name)
-                if not DNS1123_LABEL.match(name):
-                    causes.append(("FieldValueInvalid", f"{where}.name", f'Invalid value: "{name}": {_LABEL_MSG}'))
-            if isinstance(c, dict) and not c.get("image"):
-                causes.append(("FieldValueRequired", f"{where}.image", "Required value"))
-            if isinstance(c, dict):
-                causes += _resources_causes(c.get("resources"), f"{where}.resources")
-    return causes
-
-
 def _workload_causes(obj: Obj) -> list[Cause]:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
@@ -593,7 +489,7 @@ def _workload_causes(obj: Obj) -> list[Cause]:
                 f"Invalid value: {labels}: `selector` does not match template `labels`",
             )
         )
-    causes += _pod_spec_causes((spec.get("template") or {}).get("spec"), "spec.template.spec")
+    causes += podspec.template_causes(spec.get("template"), "spec.template")
     return causes
 
 
@@ -633,7 +529,7 @@ def _go_map(labels: Any) -> str:
 def _job_template_causes(template: Any, path: str) -> list[Cause]:
     if not isinstance(template, dict):
         return [("FieldValueRequired", path, "Required value")]
-    causes = _pod_spec_causes(template.get("spec"), f"{path}.spec")
+    causes = podspec.template_causes(template, path)
     policy = (template.get("spec") or {}).get("restartPolicy") if isinstance(template.get("spec"), dict) else None
     if policy not in ("OnFailure", "Never"):
         causes.append(
@@ -1155,7 +1051,7 @@ def _causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_ob
     if key == ("policy", "poddisruptionbudgets"):
         return _pdb_causes(obj)
     if key == ("", "pods"):
-        return _pod_spec_causes(obj.get("spec"), "spec")
+        return podspec.pod_spec_causes(obj.get("spec"), "spec")
     if key[0] == RBAC_GROUP and key[1] in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
         return rbac_causes(plural, obj, old)
     if key in (("apps", "deployments"), ("apps", "daemonsets")):

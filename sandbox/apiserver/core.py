@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver import apply as ssa
-from sandbox.apiserver import builtins, crds, errors, schemas
+from sandbox.apiserver import builtins, crds, errors, podspec, schemas
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
 from sandbox.apiserver.resources import Registry, ResourceType
@@ -485,7 +485,9 @@ class ApiCore:
                     ctx.warnings.extend(f'unknown field "{p}"' for p in dropped)
                 obj = crds.default(pruned, rt.schema)
             return obj
-        # Built-ins decode into Go types: undeclared fields are dropped (400 under Strict).
+        # Built-ins decode into Go types: undeclared fields are dropped (400 under Strict), an
+        # integer an int32 field cannot hold is a 400.
+        schemas.check_int32_fields(rt.group, rt.version, rt.kind, obj)
         schemas.check_unknown_fields(
             rt.group, rt.version, rt.kind, obj, ctx.field_validation if ctx else "Ignore", ctx.warnings if ctx else None
         )
@@ -506,6 +508,7 @@ class ApiCore:
         causes: Causes = []
         if old is None:
             causes += builtins.name_causes(rt.group, rt.plural, name)
+        causes += podspec.metadata_causes(md)
         if rt.custom and rt.schema:
             causes += crds.validate(obj, rt.schema, "", old, has_old=old is not None)
         elif rt.key == CRDS:
@@ -700,6 +703,37 @@ class ApiCore:
 
     # ------------------------------------------------------------ patch
 
+    def _typed_apply_body(self, rt: ResourceType, namespace: str, name: str, body: Obj) -> Obj:
+        """An apply body as server-side apply types it: a list map or set item whose key repeats is
+        a 500 (failed to create typed patch object); for a built-in, an IntOrString an int32 cannot
+        hold is a 500 (the conversion to the Go type), any other int32 field wraps around as Go's
+        conversion of an int64 does, and validation judges what it became."""
+        # The body's namespace, not the URL's (empty when the body names none).
+        where = f"{(body.get('metadata') or {}).get('namespace') or ''}/{name}"
+        gvk = f"{rt.group}/{rt.version}, Kind={rt.kind}"
+        duplicate = ssa.duplicate_entry(body, self._types(rt))
+        if duplicate:
+            raise ApiError(500, "", f"failed to create typed patch object ({where}; {gvk}): {duplicate}")
+        if rt.custom:
+            return body
+        found = schemas.int32_overflows(rt.group, rt.version, rt.kind, body)
+        if not found:
+            return body
+        for _, holder, key, int_or_string in found:
+            if int_or_string:
+                raise ApiError(
+                    500,
+                    "",
+                    f"failed to convert new object ({where}; {gvk}) to proper version: unable to convert "
+                    f"unstructured object to {gvk}: json: cannot unmarshal number {holder[key]} into Go value "
+                    "of type int32",
+                )
+        body = copy.deepcopy(body)
+        for _, holder, key, _ in schemas.int32_overflows(rt.group, rt.version, rt.kind, body):
+            value = holder[key]
+            holder[key] = (value + 2**31) % 2**32 - 2**31
+        return body
+
     async def patch(
         self,
         rt: ResourceType,
@@ -741,6 +775,7 @@ class ApiCore:
                 raise errors.bad_request(
                     f"the name of the object ({bmd['name']}) does not match the name on the URL ({name})"
                 )
+            body = self._typed_apply_body(rt, namespace, name, body)
         elif force:
             raise errors.bad_request("force may not be set for non-apply patch")
         ns = namespace if rt.namespaced else ""

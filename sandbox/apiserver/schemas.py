@@ -124,6 +124,63 @@ def unknown_fields(group: str, version: str, kind: str, obj: Obj, *, prune: bool
     return found
 
 
+INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def int32_overflows(group: str, version: str, kind: str, obj: Obj) -> list[tuple[str, Obj | list[Any], Any, bool]]:
+    """Integers of ``obj`` that an int32 field (or an IntOrString) cannot hold: each as (the Go
+    struct field as the JSON decoder names it, ``Struct.json.path``; the containing dict or list;
+    its key there; whether the field is an IntOrString), in document order."""
+    name = definition_for(group, version, kind)
+    if name is None:
+        return []
+    defs = definitions()
+    found: list[tuple[str, Obj | list[Any], Any, bool]] = []
+
+    def walk(value: Any, schema: Obj, struct: str, path: str) -> None:
+        while "$ref" in schema:
+            struct = ref_name(schema["$ref"])
+            schema = defs.get(struct, {})
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            for key, child in value.items():
+                sub = props.get(key) if isinstance(props, dict) else schema.get("additionalProperties")
+                if isinstance(sub, dict):
+                    check(value, key, child, sub, struct, f"{path}.{key}" if path else key)
+        elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+            for i, item in enumerate(value):
+                check(value, i, item, schema["items"], struct, path)
+
+    def check(holder: Obj | list[Any], key: Any, value: Any, schema: Obj, struct: str, path: str) -> None:
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        target = ref_name(schema["$ref"]) if "$ref" in schema else ""
+        if is_int and not _INT32[0] <= value <= _INT32[1]:
+            if target == INT_OR_STRING:
+                found.append((f"{struct.rsplit('.', 1)[-1]}.{path}", holder, key, True))
+                return
+            if schema.get("format") == "int32":
+                found.append((f"{struct.rsplit('.', 1)[-1]}.{path}", holder, key, False))
+                return
+        walk(value, schema, struct, path)
+
+    walk(obj, defs[name], name, "")
+    return found
+
+
+def check_int32_fields(group: str, version: str, kind: str, obj: Obj) -> None:
+    """What decoding a create or update body does with an integer an int32 field cannot hold: 400."""
+    found = int32_overflows(group, version, kind, obj)
+    if found:
+        from sandbox.apiserver import errors
+
+        field, holder, key, _ = found[0]
+        raise errors.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot unmarshal number '
+            f"{holder[key]} into Go struct field {field} of type int32"
+        )
+
+
 def check_unknown_fields(
     group: str, version: str, kind: str, obj: Obj, field_validation: str, warnings: list[str] | None
 ) -> None:
