@@ -165,7 +165,7 @@ class Api:
         self.refuse_posts = 0  # the next N POSTs get a 403 (a quota)
 
     async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        body = kwargs.get("body")
+        body: dict[str, Any] = kwargs.get("body") or {}
         self.requests.append((method, path, body))
         if method == "POST":
             if self.refuse_posts:
