@@ -7,6 +7,10 @@ ResourceClaim, still requests a translatable extended resource (``nvidia.com/gpu
 ``nvidia.com/mig-*``), and nothing says it was left untranslated on purpose (opt-out label or
 annotation, the operator namespace or kube-system, a mirror pod, a DeviceClass that maps the resource natively).
 
+A pod the webhook declines on purpose (:func:`declined`: more devices than a claim or a pod may
+get, a MIG profile no node publishes, GPU sharing) is not stranded: it gets one Warning saying
+why, never "recreate it", and is never deleted.
+
 Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. With
 ``delete=True`` (opt-in) a stranded pod that a controller owns (an ownerReference with
 ``controller: true``) is deleted, so that its ReplicaSet, Job or StatefulSet creates it again
@@ -26,9 +30,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpucluster.claimtemplates import bound_problems
 from gpucluster.clusterstate import ClusterState, metadata
-from gpucluster.policy import native_resources, opted_out
-from gpucluster.translate import DEFAULT_CONFIG, gpu_resources
+from gpucluster.policy import WEBHOOK_CONFIG, native_resources, opted_out
+from gpucluster.translate import DEFAULT_CONFIG, gpu_resources, translate_pod_spec
 
 log = logging.getLogger("gpucluster.controller.stranded")
 
@@ -39,6 +44,11 @@ MESSAGE = (
 )
 DELETED_MESSAGE = (
     "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
+)
+DECLINED_REASON = "GPURequestNotTranslated"
+DECLINED_MESSAGE = (
+    "the gpucluster webhook does not translate this pod: {why}. No DRA node can satisfy its {resources} "
+    "request as written, and recreating the pod would not change that: change the request"
 )
 HELD_MESSAGE = (
     "not deleted: a replacement from the same controller was stranded too, so the webhook still cannot "
@@ -76,6 +86,18 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
     if not wanted or opted_out(pod, state.namespace_labels(str(meta.get("namespace") or ""))):
         return []
     return sorted(wanted)
+
+
+def declined(pod: Mapping[str, Any], state: ClusterState) -> str | None:
+    """Why the webhook declines to translate ``pod`` on purpose (the same translation and bounds it
+    runs, on the controller's view), or None: then it would have translated it, and a pod left
+    untranslated was never seen by it."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    namespace = str(metadata(pod).get("namespace") or "") or None
+    translation = translate_pod_spec(spec or {}, namespace=namespace, config=WEBHOOK_CONFIG)
+    if not translation.changed:
+        return "; ".join(translation.problems) or None
+    return "; ".join(bound_problems(translation, state, WEBHOOK_CONFIG)) or None
 
 
 def controller_uid(pod: Mapping[str, Any]) -> str | None:
@@ -136,6 +158,17 @@ class StrandedPods:
         """Report (and with ``delete``, delete) the pod cached under ``key`` (namespace/name) if it is
         stranded; ``pod`` None: it is gone (or no longer Pending)."""
         resources = stranded_resources(pod, self.state, self.operator_namespace) if pod is not None else []
+        why = declined(pod, self.state) if resources and pod is not None else None
+        if why is not None and pod is not None:
+            # Declined on purpose: not stranded (it never will be translated), told once why.
+            self._stranded.discard(key)
+            self.gauge.set(len(self._stranded))
+            if key not in self._reported:
+                self._reported.add(key)
+                obj = {"apiVersion": "v1", "kind": "Pod", **pod}
+                message = DECLINED_MESSAGE.format(why=why, resources=", ".join(resources))
+                await event(obj, "Warning", DECLINED_REASON, message)
+            return
         if not resources or pod is None:
             self._stranded.discard(key)
             self._reported.discard(key)

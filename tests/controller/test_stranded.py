@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.stranded import DELETE_BACKOFF, DELETE_BACKOFF_MAX, StrandedPods
+from controller.stranded import DECLINED_REASON, DELETE_BACKOFF, DELETE_BACKOFF_MAX, StrandedPods
 from gpucluster.clusterstate import ClusterState
 from tests.controller.test_provision import stranded_pod
 
@@ -64,3 +64,46 @@ async def test_a_stranded_replacement_is_not_deleted_again_until_its_back_off_ha
     await stranded.check(other, "ml/job-1", event, delete)
     assert deleted[-1] == "job-1"
     assert DELETE_BACKOFF * 2**10 > DELETE_BACKOFF_MAX
+
+
+def _gpu_slice(*profiles: str) -> dict[str, Any]:
+    devices = [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}]
+    devices += [
+        {"name": f"mig-{i}", "attributes": {"type": {"string": "mig"}, "profile": {"string": p}}}
+        for i, p in enumerate(profiles)
+    ]
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": "node-1-gpu.nvidia.com"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-1", "pool": {"name": "node-1"}, "devices": devices},
+    }
+
+
+async def test_a_pod_the_webhook_declines_on_purpose_is_told_why_and_never_deleted() -> None:
+    state = ClusterState.from_objects([_gpu_slice("1g.10gb")])
+    too_many = stranded_pod("big", owned=True)
+    too_many["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "33"}
+    unknown_mig = stranded_pod("mig", owned=True)
+    unknown_mig["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-3g.40gb": "1"}
+    never_seen = stranded_pod("plain", owned=True)
+    stranded = StrandedPods(state, "gpu-operator", delete=True)
+    events: list[tuple[str, str, str]] = []
+    deleted: list[str] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append((obj["metadata"]["name"], reason, message))
+
+    async def delete(obj: Mapping[str, Any]) -> None:
+        deleted.append(obj["metadata"]["name"])
+
+    for _ in range(2):
+        for pod in (too_many, unknown_mig, never_seen):
+            await stranded.check(pod, f"ml/{pod['metadata']['name']}", event, delete)
+    assert deleted == ["plain"]  # only the pod the webhook never saw
+    assert stranded.gauge._value.get() == 1
+    declined = {name: message for name, reason, message in events if reason == DECLINED_REASON}
+    assert sorted(declined) == ["big", "mig"]  # once each
+    assert len([e for e in events if e[1] == DECLINED_REASON]) == 2
+    assert "33 devices" in declined["big"] and "recreat" in declined["big"] and "change the request" in declined["big"]
+    assert "no node publishes MIG profile 3g.40gb" in declined["mig"]
+    assert not any("webhook was unavailable" in message for name, _, message in events if name in declined)
