@@ -58,6 +58,8 @@ class ClusterOptions:
     process_pods: bool = True
     """Pods of the project's own image run as local processes on the simulated nodes."""
     admission_plugins: tuple[str, ...] = ()
+    # Extra kube-controller-manager flags, e.g. ("--kube-api-qps=200", "--kube-api-burst=400").
+    controller_manager_flags: tuple[str, ...] = ()
     """kube-apiserver admission plugins to enable besides NodeRestriction (and the defaults), e.g.
     ``OwnerReferencesPermissionEnforcement``."""
 
@@ -265,7 +267,7 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig(pki.CONTROLLER_MANAGER)}",
                 "--use-service-account-credentials=true", f"--service-account-private-key-file={p('sa.key')}",
                 f"--root-ca-file={p('ca.crt')}", "--leader-elect=false", "--secure-port=0",
-                "--controllers=*", "--v=1", *gates_flag(opts.feature_gates),
+                "--controllers=*", "--v=1", *gates_flag(opts.feature_gates), *opts.controller_manager_flags,
             ],
             logs,
         )  # fmt: skip

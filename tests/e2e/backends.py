@@ -50,12 +50,16 @@ def backends() -> list[str]:
     return [SANDBOX, KUBE]
 
 
-def start_kube(*, nodes: int = 3, gpus_per_node: int = 8, mix: str = "h100", node_agent: bool = True) -> ControlPlane:
+def start_kube(
+    *, nodes: int = 3, gpus_per_node: int = 8, mix: str = "h100", node_agent: bool = True, **options: Any
+) -> ControlPlane:
     """The real control plane with the CRDs ``gpucluster run`` installs in the sandbox (the chart's,
     ClusterPolicy's and NVIDIADriver's) and the operator namespace, as an admin would prepare it."""
     require_kube()
     plane = ControlPlane(
-        ClusterOptions(version=kube_version(), nodes=nodes, gpus_per_node=gpus_per_node, mix=mix, node_agent=node_agent)
+        ClusterOptions(
+            version=kube_version(), nodes=nodes, gpus_per_node=gpus_per_node, mix=mix, node_agent=node_agent, **options
+        )
     ).up()
     try:
         apply = [KUBECTL, "--kubeconfig", str(plane.admin_kubeconfig), "apply", "--server-side", "-f", "-"]
