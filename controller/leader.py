@@ -26,6 +26,7 @@ log = logging.getLogger("gpucluster.controller.leader")
 
 LEASE_NAME = "gpucluster-controller"  # in the operator's namespace; the chart's post-delete hook removes it
 
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
