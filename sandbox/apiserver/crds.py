@@ -230,15 +230,49 @@ def _type_name(value: Any) -> str:
 _INT32 = (-(2**31), 2**31 - 1)
 
 
+# Schema errors after which kube-apiserver evaluates no CEL rule (apiextensions' hasBlockingErr:
+# a wrong type, an unsupported value, or a bound the rules' cost estimate relies on).
+_BLOCKING = ("FieldValueTypeInvalid", "FieldValueNotSupported", "FieldValueTooLong", "FieldValueTooMany")
+_NOT_CHECKED: Cause = (
+    "FieldValueInvalid",
+    "<nil>",
+    "Invalid value: null: some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation",
+)
+
+
+def _has_rules(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return bool(schema.get("x-kubernetes-validations")) or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
+
+
 def validate(value: Any, schema: Obj, path: str = "", old: Any = None, *, has_old: bool = False) -> list[Cause]:
-    """OpenAPI v3 value validation plus CEL rules; field paths as kube-apiserver writes them."""
+    """OpenAPI v3 value validation, then the CEL rules (none after a blocking schema error, which
+    is then said once); field paths as kube-apiserver writes them."""
     causes: list[Cause] = []
-    _validate(value, schema, path, old, has_old, causes, root=True)
-    return causes
+    lists: list[Cause] = []
+    rules: list[Cause] = []
+    _validate(value, schema, path, old, has_old, causes, root=True, lists=lists, rules=rules)
+    causes += lists  # structurallisttype.ValidateListSetsAndMaps comes after the schema's checks
+    if any(reason in _BLOCKING for reason, _, _ in causes):
+        return [*causes, _NOT_CHECKED] if _has_rules(schema) else causes
+    return causes + rules
 
 
 def _validate(
-    value: Any, schema: Obj, path: str, old: Any, has_old: bool, causes: list[Cause], *, root: bool = False
+    value: Any,
+    schema: Obj,
+    path: str,
+    old: Any,
+    has_old: bool,
+    causes: list[Cause],
+    *,
+    root: bool = False,
+    lists: list[Cause],
+    rules: list[Cause],
 ) -> None:
     label = path or "<nil>"
     where = path or "body"
@@ -281,24 +315,29 @@ def _validate(
             ("FieldValueNotSupported", label, f"Unsupported value: {_render(value)}: supported values: {supported}")
         )
     if isinstance(value, str):
+        # kube-openapi's string validator stops at the first failure: maxLength, minLength, pattern.
+        string_causes: list[Cause] = []
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            causes.append(("FieldValueTooLong", label, f"Too long: may not be more than {schema['maxLength']} bytes"))
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            causes.append(
+            string_causes.append(
+                ("FieldValueTooLong", label, f"Too long: may not be more than {schema['maxLength']} bytes")
+            )
+        elif "minLength" in schema and len(value) < schema["minLength"]:
+            string_causes.append(
                 (
                     "FieldValueInvalid",
                     label,
                     f"Invalid value: {_render(value)}: {where} in body should be at least {schema['minLength']} chars long",
                 )
             )
-        if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
-            causes.append(
+        elif "pattern" in schema and not _pattern(schema["pattern"]).search(value):
+            string_causes.append(
                 (
                     "FieldValueInvalid",
                     label,
                     f"Invalid value: {_render(value)}: {where} in body should match '{schema['pattern']}'",
                 )
             )
+        causes += string_causes
     if isinstance(value, int | float) and not isinstance(value, bool):
         if schema.get("format") == "int32" and isinstance(value, int) and not _INT32[0] <= value <= _INT32[1]:
             causes.append(
@@ -331,7 +370,7 @@ def _validate(
                     f"Invalid value: {len(value)}: {where} in body should have at least {schema['minItems']} items",
                 )
             )
-        causes += _list_type_causes(value, schema, path)
+        lists += _list_type_causes(value, schema, path)
         items = schema.get("items")
         if isinstance(items, dict):
             old_items = old if isinstance(old, list) else []
@@ -343,6 +382,8 @@ def _validate(
                     old_items[i] if i < len(old_items) else None,
                     i < len(old_items) and has_old,
                     causes,
+                    lists=lists,
+                    rules=rules,
                 )
     if isinstance(value, dict):
         for req in schema.get("required") or []:
@@ -359,11 +400,20 @@ def _validate(
             if child_schema is None or (root and key == "metadata"):
                 continue
             child_path = f"{path}.{key}" if path else key
-            _validate(child_value, child_schema, child_path, old_map.get(key), has_old and key in old_map, causes)
+            _validate(
+                child_value,
+                child_schema,
+                child_path,
+                old_map.get(key),
+                has_old and key in old_map,
+                causes,
+                lists=lists,
+                rules=rules,
+            )
     for rule in schema.get("x-kubernetes-validations") or []:
-        cause = _check_rule(rule, value, old, has_old, path, root=root)
+        cause = _check_rule(rule, value, old, has_old, path, root=root, declared=str(schema.get("type") or ""))
         if cause:
-            causes.append(cause)
+            rules.append(cause)
 
 
 def _list_type_causes(value: list[Any], schema: Obj, path: str) -> list[Cause]:
@@ -430,7 +480,7 @@ def _quantity_library() -> dict[str, Any]:
         except QuantityError:
             raise CELEvalError("cannot convert value to integer") from None
 
-    return {
+    library: dict[str, Any] = {
         "quantity": parse,
         "isQuantity": is_quantity,
         "sign": lambda q: celtypes.IntType(operand(q).sign()),
@@ -443,6 +493,23 @@ def _quantity_library() -> dict[str, Any]:
         "add": lambda q, other: operand(q).add(operand(other)),
         "sub": lambda q, other: operand(q).sub(operand(other)),
     }
+
+    def as_value(fn: Any) -> Any:
+        """celpy wants errors as values (so that ``false && quantity('x')`` is false): an error
+        argument passes through, a raised error is returned."""
+
+        def call(*args: Any) -> Any:
+            for arg in args:
+                if isinstance(arg, CELEvalError):
+                    return arg
+            try:
+                return fn(*args)
+            except CELEvalError as exc:
+                return exc
+
+        return call
+
+    return {name: as_value(fn) for name, fn in library.items()}
 
 
 @lru_cache(maxsize=1)
@@ -465,7 +532,11 @@ def _cel_self(value: Any, root: bool) -> Any:
     return value
 
 
-def _check_rule(rule: Obj, value: Any, old: Any, has_old: bool, path: str, *, root: bool) -> Cause | None:
+def _check_rule(
+    rule: Obj, value: Any, old: Any, has_old: bool, path: str, *, root: bool, declared: str
+) -> Cause | None:
+    """One rule on ``value``; a failure shows the schema's declared type as its value, as
+    kube-apiserver's (``"object"``, ``"string"``, ``""`` for an int-or-string)."""
     from celpy import json_to_cel  # type: ignore[attr-defined]
 
     text = str(rule.get("rule", ""))
@@ -486,13 +557,13 @@ def _check_rule(rule: Obj, value: Any, old: Any, has_old: bool, path: str, *, ro
         return (
             "FieldValueInvalid",
             label,
-            f"Invalid value: {_render(_type_name(value))}: {text}: error evaluating rule: {exc}",
+            f"Invalid value: {_render(declared)}: {text}: error evaluating rule: {exc}",
         )
     if isinstance(result, Exception):
         return (
             "FieldValueInvalid",
             label,
-            f"Invalid value: {_render(_type_name(value))}: {text}: error evaluating rule: {result}",
+            f"Invalid value: {_render(declared)}: {text}: error evaluating rule: {result}",
         )
     if bool(result):
         return None
@@ -503,4 +574,4 @@ def _check_rule(rule: Obj, value: Any, old: Any, has_old: bool, path: str, *, ro
         return (reason, label, f"Required value: {message}")
     if reason == "FieldValueDuplicate":
         return (reason, label, f"Duplicate value: {message}")
-    return ("FieldValueInvalid", label, f"Invalid value: {_render(_type_name(value))}: {message}")
+    return ("FieldValueInvalid", label, f"Invalid value: {_render(declared)}: {message}")
