@@ -75,9 +75,18 @@ def published(cluster: ClusterState) -> Published:
     return cluster.derived("published-mig-profiles", _published, kinds=("ResourceSlice",))
 
 
-def bound_problems(translation: Translation, cluster: ClusterState, config: TranslationConfig) -> list[str]:
-    """Why a translation asks for more than may be requested: MIG profiles no node publishes, too many devices."""
+def bound_problems(
+    translation: Translation, cluster: ClusterState, config: TranslationConfig, *, complete: bool = False
+) -> list[str]:
+    """Why a translation asks for more than may be requested: MIG profiles no node publishes, too many devices.
+
+    ``complete``: the view is a synced cache of every ResourceSlice (the controller's), so a view
+    without NVIDIA devices means no node publishes any MIG profile. Otherwise (the webhook's view
+    while the driver starts, an offline review) it means nothing is known, and MIG is not bounded.
+    """
     known = published(cluster)
+    if complete and known.mig_profiles is None:
+        known = Published(frozenset())
     problems = []
     total = sum(translation.devices.values())
     if total > MAX_DEVICES_PER_POD:
@@ -158,7 +167,7 @@ def original_pod_spec(
 
 
 def expected_templates(
-    pod: Mapping[str, Any], cluster: ClusterState, config: TranslationConfig = WEBHOOK_CONFIG
+    pod: Mapping[str, Any], cluster: ClusterState, config: TranslationConfig = WEBHOOK_CONFIG, *, complete: bool = True
 ) -> tuple[dict[str, dict[str, Any]], str | None]:
     """``{content-addressed name: spec}`` of the templates the webhook's translation gives ``pod``
     (re-derived from its recorded original requests, within the webhook's bounds and the view's
@@ -174,7 +183,7 @@ def expected_templates(
     if not translation.changed:
         first = translation.problems[0] if translation.problems else "they ask for no device"
         return {}, f"its recorded requests are not translated ({first})"
-    bounds = bound_problems(translation, cluster, config)
+    bounds = bound_problems(translation, cluster, config, complete=complete)
     if bounds:
         return {}, "; ".join(bounds)
     return {str(t["metadata"]["name"]): t["spec"] for t in translation.templates}, None

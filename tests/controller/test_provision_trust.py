@@ -22,9 +22,11 @@ from controller.provision import (
     plan,
     wanted_templates,
 )
+from gpucluster.claimtemplates import bound_problems
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import KubeError
-from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL
+from gpucluster.policy import WEBHOOK_CONFIG
+from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, translate_pod_spec
 
 RECORD = "gpucluster.nvidia.com/translated-from"
 # The template the webhook gives one container asking for nvidia.com/gpu: 1 (a fixture: the
@@ -112,6 +114,20 @@ def test_a_mig_profile_no_node_publishes_gets_nothing() -> None:
     view = ClusterState.from_objects([mig_slice("1g.10gb")])
     result = plan([pod], lambda ns, n: None, set(), view)
     assert result.create == {} and "no node publishes MIG profile 7g.99gb" in result.refused[0][1]
+
+
+def test_a_mig_profile_gets_nothing_while_no_node_publishes_any() -> None:
+    """The controller's view is a synced cache of every ResourceSlice: no NVIDIA slice means no node
+    publishes any MIG profile (the webhook, whose view may lag the driver, does not bound MIG then)."""
+    pod = forged("mig", {"containers": {"c": {"nvidia.com/mig-7g.99gb": "1"}}}, ["gpucluster-mig-7g-99gb-1-d92ce2280d"])
+    result = plan([pod], lambda ns, n: None, set(), ClusterState.from_objects([]))
+    assert result.create == {} and "no node publishes MIG profile 7g.99gb" in result.refused[0][1]
+    translation = translate_pod_spec(
+        {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-7g.99gb": "1"}}}]},
+        namespace="ml",
+        config=WEBHOOK_CONFIG,
+    )
+    assert bound_problems(translation, ClusterState.from_objects([]), WEBHOOK_CONFIG) == []
 
 
 def test_salted_copies_of_one_spec_get_nothing() -> None:

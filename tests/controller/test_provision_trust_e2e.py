@@ -122,7 +122,10 @@ def test_a_squatted_name_gets_a_true_warning(stack: Stack) -> None:
     assert event["type"] == "Warning" and f"squat/{name}" in event["message"]
     assert "instead of the 7 of gpu.nvidia.com it asked for" in event["message"]
     [kept] = templates(stack, "squat")
-    assert kept["spec"] == squatter["spec"]
+    # Left as the squatter wrote it (the API server defaults count 1), never overwritten or adopted.
+    [request] = kept["spec"]["spec"]["devices"]["requests"]
+    assert request["name"] == "x" and request["exactly"]["count"] == 1
+    assert "gpucluster.nvidia.com/provisioned" not in (kept["metadata"].get("labels") or {})
 
 
 DEPLOYMENT = """apiVersion: apps/v1
@@ -163,7 +166,9 @@ def test_the_readme_migration_steps_in_order_never_delete_a_template_in_use(stac
     while time.monotonic() < deadline:
         assert [t["metadata"]["name"] for t in templates(stack, "migrate")] == [name]
         time.sleep(0.3)
-    wait_for("2 migrated pods with claims", lambda: len(pods()) == 2 and all(
+    # No DeviceClass in this stack, so no pod becomes ready and the rollout holds at its surge: every
+    # pod, old and new, got its claim from the template.
+    wait_for("every pod with its claim", lambda: len(pods()) >= 2 and all(
         (p.get("status") or {}).get("resourceClaimStatuses") for p in pods()), 30)  # fmt: skip
     [kept] = templates(stack, "migrate")
     assert kept["metadata"]["labels"]["gpucluster.nvidia.com/provisioned"] == "false"  # the manifest owns it now
