@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.api import gpucluster as gc
+from gpucluster.api import images
 from gpucluster.api.base import EnvVar, ResourceRequirements
 from gpucluster.errors import InputError
 
@@ -80,15 +81,12 @@ class RenderError(InputError):
 
 # --- images ----------------------------------------------------------------------------------
 
-# The distribution reference grammar (github.com/distribution/reference), without IPv6 hosts.
-# As there, the first component is a registry host only if it has a dot or a port, or is localhost.
-_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN_RE = re.compile(rf"^{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?$")
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_PATH_COMPONENT_RE = re.compile(rf"^{_PATH_COMPONENT}$")
-_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
-_SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DIGEST_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
+# The distribution reference grammar (gpucluster.api.images, which the model checks specs with).
+_DOMAIN_RE = re.compile(rf"^{images.DOMAIN}$")
+_PATH_COMPONENT_RE = re.compile(rf"^{images.PATH_COMPONENT}$")
+_TAG_RE = re.compile(rf"^{images.TAG}$")
+_SHA256_RE = re.compile(rf"^{images.SHA256}$")
+_DIGEST_RE = re.compile(rf"^{images.DIGEST}$")
 
 
 def _name_ok(name: str, *, need_path: bool = True) -> bool:

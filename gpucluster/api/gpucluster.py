@@ -14,6 +14,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from gpucluster.api import images
 from gpucluster.api import kubefields as kf
 from gpucluster.api.base import (
     Condition,
@@ -45,6 +46,18 @@ DCGM_HOST_PORT = 5555
 DRA_IMAGE_NAME = Annotated[StrictStr, Field(pattern=r"^[a-zA-Z0-9\-]+$")]
 # Upstream's DCGM image pattern is unanchored; kept as is so that what upstream accepts, we accept.
 OPERAND_IMAGE_NAME = Annotated[StrictStr, Field(pattern=r"[a-zA-Z0-9\-]+")]
+# The fields an operand image is built from (gpucluster.api.images); "" is unset, as in the renderer.
+IMAGE_REPOSITORY = Annotated[StrictStr, Field(max_length=images.MAX_REFERENCE, pattern=f"^$|{images.REPOSITORY}")]
+IMAGE_VERSION = Annotated[StrictStr, Field(max_length=128, pattern=f"^$|{images.VERSION}")]
+IMAGE_RULES = images.image_rules()
+
+
+def _check_image(spec: DRADriverSpec | DCGMExporterSpec | DCGMSpec) -> None:
+    problem = images.image_problem(spec.repository, spec.image, spec.version)
+    if problem:
+        raise kf.invalid(problem)
+
+
 DURATION = Annotated[
     StrictStr,
     Field(pattern=r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"),
@@ -145,9 +158,13 @@ class ComputeDomainsSpec(KubeModel):
 class DRADriverSpec(KubeModel):
     """The DRA Driver for NVIDIA GPUs: a kubelet-plugin DaemonSet and, with ComputeDomains, a controller."""
 
-    repository: StrictStr | None = Field(default=None, description="DRA driver image repository.")
-    image: DRA_IMAGE_NAME | None = Field(default=None, description="DRA driver image name.")
-    version: StrictStr | None = Field(
+    model_config = ConfigDict(json_schema_extra=kf.validations(IMAGE_RULES))
+
+    repository: IMAGE_REPOSITORY | None = Field(default=None, description="DRA driver image repository.")
+    image: Annotated[DRA_IMAGE_NAME, Field(max_length=images.MAX_REFERENCE)] | None = Field(
+        default=None, description="DRA driver image name."
+    )
+    version: IMAGE_VERSION | None = Field(
         default=None, description="DRA driver image tag, or a digest (sha256:...) joined with '@'."
     )
     imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
@@ -160,6 +177,11 @@ class DRADriverSpec(KubeModel):
     computeDomains: ComputeDomainsSpec = Field(
         default_factory=ComputeDomainsSpec, description="The ComputeDomain capability."
     )
+
+    @model_validator(mode="after")
+    def _image_fields(self) -> DRADriverSpec:
+        _check_image(self)
+        return self
 
 
 class ServiceSpec(KubeModel):
@@ -267,10 +289,14 @@ class HPCJobMappingSpec(KubeModel):
 class DCGMExporterSpec(KubeModel):
     """NVIDIA DCGM Exporter, for GPU telemetry. Enabled by default."""
 
+    model_config = ConfigDict(json_schema_extra=kf.validations(IMAGE_RULES))
+
     enabled: StrictBool = Field(default=True, description="Deploy DCGM Exporter.")
-    repository: StrictStr | None = Field(default=None, description="DCGM Exporter image repository.")
-    image: OPERAND_IMAGE_NAME | None = Field(default=None, description="DCGM Exporter image name.")
-    version: StrictStr | None = Field(default=None, description="DCGM Exporter image tag.")
+    repository: IMAGE_REPOSITORY | None = Field(default=None, description="DCGM Exporter image repository.")
+    image: Annotated[OPERAND_IMAGE_NAME, Field(max_length=images.MAX_REFERENCE)] | None = Field(
+        default=None, description="DCGM Exporter image name, or alone a full image reference."
+    )
+    version: IMAGE_VERSION | None = Field(default=None, description="DCGM Exporter image tag.")
     imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
     imagePullSecrets: list[StrictStr] | None = Field(default=None, description="Image pull secret names.")
     resources: ResourceRequirements | None = Field(default=None, description="Resource requests and limits.")
@@ -293,28 +319,36 @@ class DCGMExporterSpec(KubeModel):
         default=None, description="Regexes selecting which pod labels are included; empty means all."
     )
 
+    @model_validator(mode="after")
+    def _image_fields(self) -> DCGMExporterSpec:
+        _check_image(self)
+        return self
+
 
 class DCGMSpec(KubeModel):
     """The standalone NVIDIA DCGM hostengine. Disabled by default; DCGM Exporter then uses its
     embedded nv-hostengine."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
+        json_schema_extra=kf.validations(
+            [
                 {
                     "rule": f"!has(self.hostNetwork) || !self.hostNetwork || self.hostPort == {DCGM_HOST_PORT}",
                     "message": f"must be {DCGM_HOST_PORT} when hostNetwork is true "
                     "(on the host network the host port is the hostengine's port)",
                     "fieldPath": ".hostPort",
-                }
+                },
+                *IMAGE_RULES,
             ]
-        }
+        )
     )
 
     enabled: StrictBool = Field(default=False, description="Deploy the standalone DCGM hostengine.")
-    repository: StrictStr | None = Field(default=None, description="DCGM image repository.")
-    image: OPERAND_IMAGE_NAME | None = Field(default=None, description="DCGM image name.")
-    version: StrictStr | None = Field(default=None, description="DCGM image tag.")
+    repository: IMAGE_REPOSITORY | None = Field(default=None, description="DCGM image repository.")
+    image: Annotated[OPERAND_IMAGE_NAME, Field(max_length=images.MAX_REFERENCE)] | None = Field(
+        default=None, description="DCGM image name, or alone a full image reference."
+    )
+    version: IMAGE_VERSION | None = Field(default=None, description="DCGM image tag.")
     imagePullPolicy: ImagePullPolicy | None = Field(default=None, description="Image pull policy.")
     imagePullSecrets: list[StrictStr] | None = Field(default=None, description="Image pull secret names.")
     resources: ResourceRequirements | None = Field(default=None, description="Resource requests and limits.")
@@ -322,6 +356,11 @@ class DCGMSpec(KubeModel):
     env: list[EnvVar] | None = Field(default=None, description="Environment variables of the container.")
     hostPort: Port = Field(default=DCGM_HOST_PORT, description="Host port of the DCGM hostengine.")
     hostNetwork: StrictBool | None = Field(default=None, description="Run the hostengine on the host network.")
+
+    @model_validator(mode="after")
+    def _image_fields(self) -> DCGMSpec:
+        _check_image(self)
+        return self
 
     @model_validator(mode="after")
     def _host_port_on_the_host_network(self) -> DCGMSpec:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpucluster.api import gpucluster as gc
+from gpucluster.api import images
 from gpucluster.api import kubefields as kf
 
 M = TypeVar("M", bound=BaseModel)
@@ -75,6 +76,8 @@ _PATTERN_MESSAGES = {
     kf.HOST_PATH: kf.HOST_PATH_MESSAGE,
     kf.ABSOLUTE_PATH_WITHOUT_BACKSTEPS: "must be an absolute path without '..'",
     kf.PROMETHEUS_LABEL_NAME: "must be a Prometheus label name: ASCII letters, digits and '_', not starting with a digit",
+    f"^$|{images.REPOSITORY}": images.REPOSITORY_MESSAGE,
+    f"^$|{images.VERSION}": images.VERSION_MESSAGE,
 }
 
 

@@ -793,22 +793,36 @@ def test_missing_image_names_the_field() -> None:
 
 
 @pytest.mark.parametrize(
-    ("draDriver", "path"),
+    ("draDriver", "path", "model_path"),
     [
-        ({"repository": "nvcr.io/nvidia", "image": "k8s-dra-driver-gpu"}, "spec.draDriver.version"),
-        ({"repository": "nvcr.io/nvidia", "version": "v1"}, "spec.draDriver.image"),
-        ({"image": "k8s-dra-driver-gpu", "version": "v1"}, "spec.draDriver.repository"),
-        ({"repository": "nvcr.io/nvidia/", "image": "x", "version": "v1"}, "spec.draDriver.repository"),
-        ({"repository": "nvcr.io/NVIDIA", "image": "x", "version": "v1"}, "spec.draDriver.repository"),
-        ({"repository": "nvcr.io/nvidia", "image": "K8s-Driver", "version": "v1"}, "spec.draDriver.image"),
-        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "v1:latest"}, "spec.draDriver.version"),
-        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "sha256:abc"}, "spec.draDriver.version"),
-        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "-v1"}, "spec.draDriver.version"),
+        ({"repository": "nvcr.io/nvidia", "image": "k8s-dra-driver-gpu"}, "spec.draDriver.version", "spec.draDriver"),
+        ({"repository": "nvcr.io/nvidia", "version": "v1"}, "spec.draDriver.image", "spec.draDriver"),
+        ({"image": "k8s-dra-driver-gpu", "version": "v1"}, "spec.draDriver.repository", "spec.draDriver"),
+        ({"repository": "nvcr.io/nvidia/", "image": "x", "version": "v1"}, "spec.draDriver.repository", None),
+        ({"repository": "nvcr.io/NVIDIA", "image": "x", "version": "v1"}, "spec.draDriver.repository", None),
+        (
+            {"repository": "nvcr.io/nvidia", "image": "K8s-Driver", "version": "v1"},
+            "spec.draDriver.image",
+            "spec.draDriver",
+        ),
+        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "v1:latest"}, "spec.draDriver.version", None),
+        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "sha256:abc"}, "spec.draDriver.version", None),
+        ({"repository": "nvcr.io/nvidia", "image": "x", "version": "-v1"}, "spec.draDriver.version", None),
     ],
 )
-def test_bad_images_name_the_field(draDriver: Obj, path: str) -> None:
+def test_bad_images_name_the_field(draDriver: Obj, path: str, model_path: str | None) -> None:
+    """The model (webhook, CRD) refuses them, naming the field; the renderer too, should a model
+    skip validation."""
+    refused = validate_gpucluster(manifest({"draDriver": draDriver}, with_driver_image=False))
+    problems = {p.path: p.message for p in refused.problems}
+    assert list(problems) == [model_path or path]
+    if model_path:
+        assert problems[model_path].startswith(path.rsplit(".", 1)[1] + ": ")
+    spec = dict(draDriver)
     with pytest.raises(RenderError) as info:
-        render(cluster({"draDriver": draDriver}, with_driver_image=False), FACTS)
+        resolve_image(
+            "spec.draDriver", "the DRA driver", spec.get("repository"), spec.get("image"), spec.get("version"), "X", {}
+        )
     assert info.value.path == path
     assert str(info.value).startswith(f"{path}: ")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controller.operands import ClusterFacts, RenderError, render
-from tests.controller.helpers import ENV, NAMESPACE, UID, cluster, container, kubelet_plugin
+from gpucluster.api.validation import validate_gpucluster
+from tests.controller.helpers import ENV, NAMESPACE, UID, cluster, container, kubelet_plugin, manifest
 
 
 def plugin_image(env: dict[str, str], version: str) -> str:
@@ -32,5 +33,17 @@ def test_version_alone_without_a_default_image_names_the_missing_fields() -> Non
 
 
 def test_an_invalid_version_alone_is_refused_with_the_field() -> None:
+    refused = validate_gpucluster(manifest({"draDriver": {"version": "bad tag!"}}, with_driver_image=False))
+    assert [(p.path, p.message) for p in refused.problems] == [
+        (
+            "spec.draDriver.version",
+            'Invalid value: "bad tag!": must be an image tag (letters, digits, _ . -; at most 128) or a sha256: digest',
+        )
+    ]
+    model = cluster(with_driver_image=False)
+    model.spec.draDriver.version = "bad tag!"  # a model that skipped validation: the renderer refuses it too
+    facts = ClusterFacts(
+        namespace=NAMESPACE, env={**ENV, "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"}
+    )
     with pytest.raises(RenderError, match=r"spec\.draDriver\.version"):
-        plugin_image({**ENV, "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.8.0"}, "bad tag!")
+        render(model, facts)

@@ -627,6 +627,60 @@ EDGE_SPECS = [
     accepted("extended-resource-name", {"draDriver": {"gpus": {"extendedResourceName": "nvidia.com/gpu"}}}),
     accepted("compute-domains-off", {"draDriver": {"computeDomains": {"enabled": False}}}),
     accepted("image-pull-policy", {"draDriver": {"imagePullPolicy": "Always"}}),
+    # operand images: what the renderer can build an image from (gpucluster.api.images)
+    accepted("image-version-only", {"draDriver": {"version": "v0.5.0"}}),
+    accepted(
+        "image-digest", {"draDriver": {"repository": "localhost:5000", "image": "dra", "version": "sha256:" + "a" * 64}}
+    ),
+    accepted(
+        "image-full-reference", _dcgm(repository="", image="registry.example.com:5000/nvidia/dcgm:4.4.1", version="")
+    ),
+    refused(
+        "image-uppercase",
+        {"draDriver": {"repository": "nvcr.io/nvidia", "image": "DRA", "version": "v1"}},
+        "spec.draDriver.image",
+        "must be a lowercase image name",
+        'image: Invalid value: "DRA": must be a lowercase image name',
+        "spec.draDriver",
+    ),
+    refused(
+        "image-version-with-space",
+        {"draDriver": {"repository": "nvcr.io/nvidia", "image": "dra", "version": "v1 2"}},
+        "spec.draDriver.version",
+        "should match",
+        "must be an image tag",
+    ),
+    refused(
+        "image-repository-trailing-slash",
+        _exporter(repository="nvcr.io/nvidia/", image="dcgm-exporter", version="4"),
+        "spec.dcgmExporter.repository",
+        "should match",
+        "must be a registry and repository such as nvcr.io/nvidia",
+    ),
+    refused(
+        "image-repository-without-version",
+        _exporter(repository="nvcr.io/nvidia/k8s", image="dcgm-exporter", version=""),
+        "spec.dcgmExporter.version",
+        "Required value: repository, image and version must all be set",
+        "version: Required value: repository, image and version must all be set",
+        "spec.dcgmExporter",
+    ),
+    refused(
+        "image-and-version-without-repository",
+        _dcgm(repository="", image="dcgm", version="4.4.1"),
+        "spec.dcgm.repository",
+        "repository, image and version must all be set",
+        "repository: Required value: repository, image and version must all be set",
+        "spec.dcgm",
+    ),
+    refused(
+        "image-alone-not-a-reference",
+        _dcgm(repository="", image="Registry/DCGM", version=""),
+        "spec.dcgm.image",
+        "must be a full image reference",
+        "must be a full image reference",
+        "spec.dcgm",
+    ),
     # Not a GPUCluster field: the CRD prunes it (and the model warns about it)
     accepted("unknown-node-selector", {"nodeSelector": {"a": "b"}}),
     accepted(
