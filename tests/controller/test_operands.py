@@ -836,6 +836,9 @@ def test_resolve_image_variants() -> None:
     assert resolve_image("spec.x", "x", "localhost:5000", "img", "v1.2_3", "X", {}) == "localhost:5000/img:v1.2_3"
     with pytest.raises(RenderError, match="X_IMAGE"):
         resolve_image("spec.x", "x", None, None, None, "X_IMAGE", {"X_IMAGE": "Bad Image"})
+    # Tags are ASCII, as distribution/reference (and the model's pattern) take them.
+    with pytest.raises(RenderError, match=r"^spec\.x\.version: "):
+        resolve_image("spec.x", "x", "nvcr.io/nvidia", "img", "v\u00e9", "X", {})
 
 
 # --- metadata on everything ------------------------------------------------------------------

@@ -57,6 +57,26 @@ def test_gpucluster_spec_is_validated_with_field_paths() -> None:
     assert "spec.draDriver.imagePullPolicy: Unsupported value" in message
 
 
+def test_gpucluster_values_kube_apiserver_would_refuse_in_the_operands_are_refused() -> None:
+    """What the CRD cannot say (hugepages in whole pages) the webhook still refuses, before the
+    controller renders a DaemonSet kube-apiserver would answer 422."""
+    bad = gpucluster(
+        draDriver={"gpus": {"kubeletPlugin": {"resources": {"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}}}},
+        daemonsets={"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]},
+    )
+    resp = run(review(bad)).response["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    message = resp["status"]["message"]
+    assert (
+        'spec.draDriver.gpus.kubeletPlugin.resources: limits[hugepages-2Mi]: Invalid value: "3Mi": '
+        "3Mi is not positive integer multiple of hugepages-2Mi"
+    ) in message
+    assert (
+        'spec.daemonsets.tolerations[0]: value: Invalid value: "x": value must be empty when operator is Exists'
+        in message
+    )
+
+
 def test_unknown_gpucluster_fields_are_warned_about() -> None:
     resp = run(review(gpucluster(dcgmExporters={"enabled": False}))).response["response"]
     assert resp["allowed"] is True
