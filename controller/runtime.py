@@ -159,6 +159,7 @@ class Controller:
         self.reconciler.unlabelled_nodes = lambda: len(self.labeller.pending)
         self.reconciler.label_errors = lambda: self.labeller.errors
         self._was_active = False
+        self._saw_deletion = False  # the GPUCluster was seen being deleted (no new claim templates)
         self._elector_task: asyncio.Task[None] | None = None
         self._failures = 0
         self._clusters_seen: dict[str, tuple[Any, ...]] = {}  # what of a GPUCluster a reconcile reads
@@ -352,10 +353,15 @@ class Controller:
         return self.elector is None or self.elector.is_leader.is_set()
 
     def _accepting_templates(self) -> bool:
-        """No claim templates are created while the GPUCluster is being deleted: its finalizer
-        deletes ours, and its DeviceClasses are gone, so a new claim could not be allocated anyway."""
+        """No claim templates are created while the GPUCluster is being deleted, nor after: its
+        finalizer deletes ours, and its DeviceClasses are gone, so a new claim could not be allocated."""
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
-        return cluster is None or not metadata(cluster).get("deletionTimestamp")
+        if cluster is None:
+            # Gone after a deletion this process saw (an uninstall: the operator is about to go too,
+            # and a template made now would outlive it): not until a GPUCluster exists again.
+            return not self._saw_deletion
+        self._saw_deletion = bool(metadata(cluster).get("deletionTimestamp"))
+        return not self._saw_deletion
 
     async def _wait_synced(self, kinds: list[str], stop: asyncio.Event | None = None) -> None:
         reported = ""
