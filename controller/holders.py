@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpucluster.clusterstate import metadata
+
 # The drivers whose kubelet plugins the GPUCluster deploys.
 NVIDIA_DRIVERS = frozenset({"gpu.nvidia.com", "compute-domain.nvidia.com"})
 
@@ -32,12 +34,17 @@ class Holder:
         return f"{self.namespace}/{self.pod} (claim {self.claim})"
 
 
-def _allocated_by(claim: Mapping[str, Any], drivers: frozenset[str]) -> bool:
-    status = claim.get("status") if isinstance(claim.get("status"), Mapping) else {}
-    allocation = (status or {}).get("allocation")
+def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The device results of a claim's allocation (empty when it is not allocated or malformed)."""
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
     devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
     results = devices.get("results") if isinstance(devices, Mapping) else None
-    return any(isinstance(r, Mapping) and r.get("driver") in drivers for r in results or [])
+    return [r for r in results if isinstance(r, Mapping)] if isinstance(results, list) else []
+
+
+def _allocated_by(claim: Mapping[str, Any], drivers: frozenset[str]) -> bool:
+    return any(r.get("driver") in drivers for r in allocation_results(claim))
 
 
 def claim_holders(claims: Iterable[Mapping[str, Any]], drivers: frozenset[str] = NVIDIA_DRIVERS) -> list[Holder]:
@@ -46,9 +53,9 @@ def claim_holders(claims: Iterable[Mapping[str, Any]], drivers: frozenset[str] =
     for claim in claims:
         if not _allocated_by(claim, drivers):
             continue
-        meta = claim.get("metadata") if isinstance(claim.get("metadata"), Mapping) else {}
-        namespace = str((meta or {}).get("namespace") or "")
-        name = str((meta or {}).get("name") or "")
+        meta = metadata(claim)
+        namespace = str(meta.get("namespace") or "")
+        name = str(meta.get("name") or "")
         for ref in (claim.get("status") or {}).get("reservedFor") or []:
             if isinstance(ref, Mapping) and ref.get("resource") == "pods" and not ref.get("apiGroup"):
                 out.add(Holder(namespace, str(ref.get("name") or ""), name, str(ref.get("uid") or "")))

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from controller.holders import allocation_results
+
 GPU_PRESENT = "nvidia.com/gpu.present"
 NFD_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
@@ -56,8 +58,7 @@ def label_patch(node: Mapping[str, Any], allocation_mode: str | None, claims_in_
 
 def claim_nodes(claim: Mapping[str, Any]) -> set[str]:
     """The nodes (pools) whose gpu.nvidia.com devices ``claim`` is allocated."""
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
-    return {str(r["pool"]) for r in results if isinstance(r, dict) and r.get("driver") == GPU_DRIVER and r.get("pool")}
+    return {str(r["pool"]) for r in allocation_results(claim) if r.get("driver") == GPU_DRIVER and r.get("pool")}
 
 
 def nodes_with_claims(claims: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.holders import allocation_results
 from gpucluster.kube.predicates import daemon_should_run
 
 READY = "Ready"
@@ -146,8 +147,7 @@ def inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str,
                 products[str(product)] = products.get(str(product), 0) + 1
     allocated = 0
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
+        for result in allocation_results(claim):
             if result.get("driver") == "gpu.nvidia.com" and not result.get("adminAccess"):
                 allocated += 1
     return {

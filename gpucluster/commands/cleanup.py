@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpucluster.clusterstate import metadata
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 
@@ -68,11 +69,6 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the drain (default 240)")
     parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     parser.set_defaults(func=run)
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def workload_holders(claims: Sequence[Mapping[str, Any]], operand_pods: set[str], namespace: str) -> list[Any]:
@@ -123,7 +119,7 @@ async def _delete(kube: Any, path: str, uid: str) -> None:
 
 async def _holders(kube: Any, namespace: str) -> list[Any]:
     pods = await _list(kube, f"/api/v1/namespaces/{namespace}/pods", OPERAND_LABEL)
-    return workload_holders(await _list(kube, CLAIMS), {str(_meta(p).get("name")) for p in pods}, namespace)
+    return workload_holders(await _list(kube, CLAIMS), {str(metadata(p).get("name")) for p in pods}, namespace)
 
 
 async def _cleanup(args: argparse.Namespace) -> int:
@@ -143,8 +139,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
             print(f"no GPUCluster matches {args.selector}: nothing to drain", flush=True)
         if args.driver_selector:
             for driver in await _list(kube, NVIDIADRIVERS, args.driver_selector):
-                name = str(_meta(driver).get("name"))
-                await _delete(kube, f"{NVIDIADRIVERS}/{name}", str(_meta(driver).get("uid")))
+                name = str(metadata(driver).get("name"))
+                await _delete(kube, f"{NVIDIADRIVERS}/{name}", str(metadata(driver).get("uid")))
                 print(f"nvidiadriver.nvidia.com/{name} deleted", flush=True)
         return EXIT_OK
     finally:
@@ -154,15 +150,15 @@ async def _cleanup(args: argparse.Namespace) -> int:
 async def _drain(kube: Any, clusters: list[dict[str, Any]], args: argparse.Namespace) -> bool:
     """Delete the GPUClusters and wait until they are gone (deleting the workload pods when forced)."""
     for cluster in clusters:
-        name = str(_meta(cluster).get("name"))
-        await _delete(kube, f"{GPUCLUSTERS}/{name}", str(_meta(cluster).get("uid")))
+        name = str(metadata(cluster).get("name"))
+        await _delete(kube, f"{GPUCLUSTERS}/{name}", str(metadata(cluster).get("uid")))
         print(f"gpucluster.nvidia.com/{name} deleted; waiting for its operands to drain", flush=True)
-    uids = {str(_meta(c).get("uid")) for c in clusters}
+    uids = {str(metadata(c).get("uid")) for c in clusters}
     deadline = time.monotonic() + args.timeout
     next_report = time.monotonic() + PROGRESS_EVERY
     evicted: set[str] = set()
     while True:
-        remaining = [c for c in await _list(kube, GPUCLUSTERS, args.selector) if str(_meta(c).get("uid")) in uids]
+        remaining = [c for c in await _list(kube, GPUCLUSTERS, args.selector) if str(metadata(c).get("uid")) in uids]
         if not remaining:
             print("the GPUCluster is gone: every claim of the NVIDIA drivers was released", flush=True)
             return True
@@ -198,7 +194,7 @@ async def _lease(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + args.timeout
         while pods := await _list(kube, f"/api/v1/namespaces/{args.namespace}/pods", args.leader_lease):
             if time.monotonic() > deadline:
-                names = ", ".join(str(_meta(p).get("name")) for p in pods)
+                names = ", ".join(str(metadata(p).get("name")) for p in pods)
                 print(
                     f"timed out after {args.timeout:g}s waiting for the operator's pods to end: {names}",
                     file=sys.stderr,

@@ -16,13 +16,11 @@ import argparse
 import asyncio
 
 from gpucluster.commands import Subparsers
+from gpucluster.commands.cleanup import GPUCLUSTERS, NVIDIADRIVERS
 from gpucluster.errors import EXIT_OK, InputError
 
 KEEP = "helm.sh/resource-policy"
-RESOURCES = {
-    "gpuclusters.nvidia.com": "/apis/nvidia.com/v1alpha1/gpuclusters",
-    "nvidiadrivers.nvidia.com": "/apis/nvidia.com/v1alpha1/nvidiadrivers",
-}
+RESOURCES = {"gpuclusters.nvidia.com": GPUCLUSTERS, "nvidiadrivers.nvidia.com": NVIDIADRIVERS}
 
 
 def register(subparsers: Subparsers) -> None:
