@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox.controlplane.build import VERSIONS
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
-from tests.e2e.backends import KUBE, backends
+from tests.e2e.backends import KUBE
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 from tests.e2e.test_run import legacy_pod
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 
 PLUGIN = "nvidia-dra-driver-kubelet-plugin"
-
-
-@pytest.fixture(params=backends())
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=4, backend=request.param)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _ready_operator_pods(cluster: Cluster) -> list[str] | None:

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,11 @@ import helm_python as helm
 import pytest
 
 from tests.chart.helm import DOCS_PREINSTALLED
-from tests.e2e.backends import backends
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 
 WORKLOADS = "team-a"
-
-
-@pytest.fixture(params=backends())
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=4, backend=request.param)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def gpu_workloads(namespace: str) -> str:

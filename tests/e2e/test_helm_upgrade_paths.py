@@ -13,14 +13,12 @@ from every GPU node) or the GPUCluster, and must restart no operand DaemonSet.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, set_values
-from tests.e2e.backends import backends
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
@@ -36,15 +34,6 @@ FAIL_OPEN = tuple(
         "nvidiadrivers.mutate.gpucluster.nvidia.com",
     )
 )
-
-
-@pytest.fixture(params=backends())
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(nodes=2, gpus_per_node=4, backend=request.param)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _state(cluster: Cluster) -> dict[str, Any]:
