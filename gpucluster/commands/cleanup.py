@@ -23,8 +23,8 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from gpucluster.clusterstate import metadata
 from gpucluster.commands import Subparsers
@@ -35,6 +35,7 @@ NVIDIADRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 OPERAND_LABEL = "app.kubernetes.io/managed-by=gpucluster"
 PROGRESS_EVERY = 15.0
+T = TypeVar("T")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -157,20 +158,27 @@ async def _drain(kube: Any, clusters: list[dict[str, Any]], args: argparse.Names
     deadline = time.monotonic() + args.timeout
     next_report = time.monotonic() + PROGRESS_EVERY
     evicted: set[str] = set()
+    message = ""
     while True:
-        remaining = [c for c in await _list(kube, GPUCLUSTERS, args.selector) if str(metadata(c).get("uid")) in uids]
-        if not remaining:
-            print("the GPUCluster is gone: every claim of the NVIDIA drivers was released", flush=True)
-            return True
-        if args.force:
-            for holder in await _holders(kube, args.namespace):
-                if holder.uid in evicted:
-                    continue
-                evicted.add(holder.uid)
-                await _delete(kube, f"/api/v1/namespaces/{holder.namespace}/pods/{holder.pod}", holder.uid)
-                print(f"pod/{holder.pod} -n {holder.namespace} deleted (holds claim {holder.claim})", flush=True)
+        try:
+            listed = await _list(kube, GPUCLUSTERS, args.selector)
+            remaining = [c for c in listed if str(metadata(c).get("uid")) in uids]
+            if not remaining:
+                print("the GPUCluster is gone: every claim of the NVIDIA drivers was released", flush=True)
+                return True
+            message = str((remaining[0].get("status") or {}).get("message") or "")
+            if args.force:
+                for holder in await _holders(kube, args.namespace):
+                    if holder.uid in evicted:
+                        continue
+                    await _delete(kube, f"/api/v1/namespaces/{holder.namespace}/pods/{holder.pod}", holder.uid)
+                    evicted.add(holder.uid)
+                    print(f"pod/{holder.pod} -n {holder.namespace} deleted (holds claim {holder.claim})", flush=True)
+        except Exception as exc:  # the hook runs once (backoffLimit 0): ride out a transient API failure
+            if not transient(exc):
+                raise
+            print(f"the API server failed ({exc}); retrying", file=sys.stderr, flush=True)
         now = time.monotonic()
-        message = str((remaining[0].get("status") or {}).get("message") or "")
         if now > deadline:
             print(
                 f"timed out after {args.timeout:g}s: the GPUCluster is still being deleted: {message}\n"
@@ -215,11 +223,36 @@ async def _lease(args: argparse.Namespace) -> int:
         await kube.close()
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether a failure may pass if tried again: the API server unreachable, overloaded or failing."""
+    import aiohttp
+
+    from gpucluster.kube.client import KubeError
+
+    if isinstance(exc, KubeError):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
+
+
+def against_cluster(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work``; a refusal or an unreachable API server ends it in one line (exit 2), not a traceback."""
+    import aiohttp
+
+    from gpucluster.kube.client import KubeError
+
+    try:
+        return asyncio.run(work)
+    except KubeError as exc:
+        raise InputError(f"the API server refused: {exc}") from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise InputError(f"the API server is unreachable: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise InputError(f"--timeout must be positive, not {args.timeout:g}")
     if args.leader_lease:
-        return asyncio.run(_lease(args))
+        return against_cluster(_lease(args))
     if not args.selector:
         raise InputError("--selector is required (or --leader-lease)")
-    return asyncio.run(_cleanup(args))
+    return against_cluster(_cleanup(args))

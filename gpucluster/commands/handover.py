@@ -13,10 +13,9 @@ Only objects that Helm's own annotations name as this release's are touched.
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from gpucluster.commands import Subparsers
-from gpucluster.commands.cleanup import GPUCLUSTERS, NVIDIADRIVERS
+from gpucluster.commands.cleanup import GPUCLUSTERS, NVIDIADRIVERS, against_cluster
 from gpucluster.errors import EXIT_OK, InputError
 
 KEEP = "helm.sh/resource-policy"
@@ -82,5 +81,5 @@ async def _handover(paths: list[tuple[str, str]], args: argparse.Namespace) -> N
 
 def run(args: argparse.Namespace) -> int:
     paths = [(text, parse_object(text)) for text in args.objects]
-    asyncio.run(_handover(paths, args))
+    against_cluster(_handover(paths, args))
     return EXIT_OK
