@@ -69,9 +69,16 @@ def _object(value: Any, where: str) -> dict[str, Any] | None:
 
 
 def _check_kind(obj: dict[str, Any] | None, where: str, group: str, version: str, kind: str) -> None:
-    """The API server encodes the object as ``request.kind``; a review saying otherwise is not one it sent."""
+    """The API server encodes the object as ``request.kind``; a review saying otherwise is not one it sent.
+
+    Every object the API server encodes has an object (or no) ``metadata``; rules read it without
+    checking its type again.
+    """
     if obj is None:
         return
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ReviewDecodeError(f"{where}.metadata must be an object, got {type(metadata).__name__}")
     api_version = f"{group}/{version}" if group else version
     got_kind, got_version = obj.get("kind"), obj.get("apiVersion")
     if got_kind is not None and got_kind != kind:

@@ -119,6 +119,13 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         if request.headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
             metrics.rejected.labels(path, "415").inc()
             return web.Response(status=415, text="Content-Type must be application/json\n")
+        # The API server never compresses a review; a compressed body is at most a decompression bomb.
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":
+            metrics.rejected.labels(path, "415").inc()
+            return await _answer_and_close(
+                request, 415, f"Content-Encoding {encoding} is not accepted: send the review uncompressed\n"
+            )
         try:
             if request.content.is_eof():  # the usual case: the body came with the header, no timer needed
                 body = await request.read()

@@ -47,6 +47,16 @@ def test_undecodable_bodies_raise_a_clear_error(body: bytes, fragment: str) -> N
         decode_review(body)
 
 
+@pytest.mark.parametrize("metadata", ["gpu-cluster", ["a"], 3, True])
+@pytest.mark.parametrize("field", ["object", "oldObject"])
+def test_metadata_that_is_not_an_object_is_refused_at_decode(metadata: object, field: str) -> None:
+    body = review(gpucluster(), operation="UPDATE")
+    body["request"]["oldObject"] = gpucluster()
+    body["request"][field]["metadata"] = metadata
+    with pytest.raises(ReviewDecodeError, match=rf"request\.{field}\.metadata must be an object"):
+        decode_review(json.dumps(body))
+
+
 def test_response_echoes_uid_api_version_and_kind() -> None:
     req = decode_review(json.dumps(review(gpucluster())))
     out = build_response(req, Verdict.allow(), mutating=False)

@@ -7,12 +7,14 @@ vanishes mid-body, malformed HTTP, more connections than the cap, and TLS 1.2 CB
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import re
 import shutil
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,6 +210,33 @@ async def test_malformed_http_gets_400_without_a_traceback(live: Live, caplog: p
         answer = await closed_by_server(reader, 5)
         writer.close()
         assert answer.split(b" ", 2)[1] == b"400", answer[:80]
+    no_tracebacks(caplog)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "GZIP"])
+async def test_a_compressed_body_is_refused_with_415(live: Live, encoding: str) -> None:
+    body = gzip.compress(BODY) if encoding.lower() == "gzip" else zlib.compress(BODY)
+    request = head(len(body)).replace(b"\r\n\r\n", f"\r\nContent-Encoding: {encoding}\r\n\r\n".encode())
+    reader, writer = await asyncio.open_connection("127.0.0.1", live.port, ssl=live.client_context())
+    writer.write(request + body)
+    answer = await closed_by_server(reader, 5)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 415") and f"Content-Encoding {encoding.lower()} is not accepted".encode() in answer
+    assert live.metric("gpucluster_webhook_rejected_requests_total", path="validate", code="415") == 1
+
+
+@pytest.mark.parametrize("metadata", ["x", [1], 7])
+async def test_metadata_that_is_not_an_object_gets_400_not_an_internal_error(
+    live: Live, caplog: pytest.LogCaptureFixture, metadata: object
+) -> None:
+    document = review(gpucluster())
+    document["request"]["object"]["metadata"] = metadata
+    body = json.dumps(document).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", live.port, ssl=live.client_context())
+    writer.write(head(len(body), keep_alive=False) + body)
+    answer = await closed_by_server(reader, 5)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 400") and b"request.object.metadata must be an object" in answer
     no_tracebacks(caplog)
 
 
