@@ -117,6 +117,8 @@ def desired_status(
         "conditions": [
             condition(conditions, READY, ok, RECONCILED if ok else reason, message, generation, now),
             condition(conditions, ERROR, error, reason if error else READY, message if error else "", generation, now),
+            # Conditions others own (the webhook's WebhookCertificateValid) stay as they are.
+            *(c for c in conditions if isinstance(c, dict) and c.get("type") not in (READY, ERROR)),
         ],
     }
     if inventory is not None:

@@ -13,8 +13,17 @@ handshake gets the read-header timeout too. Past ``max_connections`` open connec
 applies the hook's failure policy at once instead of waiting out its timeout in a queue). A client
 that disconnects mid-request costs one DEBUG line; malformed HTTP one DEBUG line too.
 
-Claim reviews run in a thread, because their rule waits for the allocator's worker process
-(:mod:`gpucluster.dra.worker`); every other review is answered on the event loop.
+Connections are admitted from the accept on through a connection table (:mod:`webhook.connections`):
+a total cap and a cap per peer address, and a full replica makes room by closing the connection
+doing the least (handshaking, silent, idle) rather than refusing the new one; only when every
+connection in reach is answering a review is a new one refused (closed at once). A connection
+must finish its TLS handshake and send the first byte of a request within the first-byte timeout
+(5 s). With client authentication on, the review port's handshake requires a client certificate
+(:mod:`webhook.clientauth`); ``/healthz``, ``/readyz`` and ``/metrics`` are then served without one
+on the health port (``health_port``), which never serves reviews.
+
+Claim reviews run in a thread, because their rule waits for the allocator's worker pool
+(:mod:`webhook.feasibility`); every other review is answered on the event loop.
 """
 
 from __future__ import annotations
@@ -25,6 +34,9 @@ import functools
 import logging
 import os
 import signal
+import socket
+import ssl
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +50,10 @@ from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpucluster.clusterstate import ClusterState
-from gpucluster.dra.worker import shared_worker
 from gpucluster.policy import Settings
 from webhook.admission import Path, admit_request
+from webhook.connections import ConnectionTable, Slot
+from webhook.feasibility import shared_pool
 from webhook.metrics import WebhookMetrics
 from webhook.review import ReviewDecodeError, decode_review
 from webhook.tls import ReloadingTLS
@@ -59,11 +72,17 @@ OFFLOADED = frozenset({("resource.k8s.io", "ResourceClaim"), ("resource.k8s.io",
 class ServerLimits:
     """Connection limits (flags of ``gpucluster webhook``); defaults are kube-apiserver's where it has one."""
 
-    read_header_timeout: float = 32.0  # also the TLS handshake's
+    read_header_timeout: float = 32.0  # from the accept: handshake and the first request's head
     read_body_timeout: float = 30.0  # the longest timeoutSeconds a webhook can have: a later body is useless
     idle_timeout: float = 90.0
     max_connections: int = 1000
-    review_threads: int = 4  # claim reviews answered at once (they queue for the allocator worker)
+    # Ours, not Go's: the API server sends its review as soon as it connects, so a connection that
+    # has not finished its handshake and sent a byte of a request within this long only holds a slot.
+    first_byte_timeout: float = 5.0
+    max_connections_per_peer: int = 250  # one peer address's share of max_connections
+    # Claim reviews answered at once; each waits for the allocator pool (webhook.feasibility),
+    # which bounds the work to the replica's cores. A thread mostly waits on a pipe.
+    claim_review_threads: int = 64
 
 
 CLUSTER_KEY: web.AppKey[ClusterState] = web.AppKey("cluster", ClusterState)
@@ -108,8 +127,15 @@ INFLIGHT_KEY: web.AppKey[InFlight] = web.AppKey("inflight", InFlight)
 
 def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
-        with request.app[INFLIGHT_KEY]:
-            return await _answer(request)
+        protocol = request.protocol
+        if isinstance(protocol, _Connection):
+            protocol.slot.stage = "answering"  # never displaced by a new connection now
+        try:
+            with request.app[INFLIGHT_KEY]:
+                return await _answer(request)
+        finally:
+            if isinstance(protocol, _Connection) and protocol.slot.stage == "answering":
+                protocol.slot.stage, protocol.slot.since = "idle", asyncio.get_running_loop().time()
 
     async def _answer(request: web.Request) -> web.StreamResponse:
         app = request.app
@@ -180,6 +206,16 @@ async def _answer_and_close(request: web.Request, status: int, text: str) -> web
     return response
 
 
+@web.middleware
+async def _no_reviews_on_the_health_port(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    protocol = request.protocol
+    if request.path in ("/validate", "/mutate") and isinstance(protocol, _Connection) and not protocol.reviews:
+        return web.Response(status=404, text="reviews are not served on the health port\n")
+    return await handler(request)
+
+
 async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
@@ -213,14 +249,14 @@ def build_app(
 ) -> web.Application:
     """The aiohttp application (TLS and the connection limits are applied by :func:`serve`)."""
     limits = limits or ServerLimits()
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_no_reviews_on_the_health_port])
     app[CLUSTER_KEY] = cluster
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = WebhookMetrics()
     app[TLS_KEY] = tls
     app[INFLIGHT_KEY] = InFlight()
     app[LIMITS_KEY] = limits
-    threads = ThreadPoolExecutor(max_workers=limits.review_threads, thread_name_prefix="webhook-review")
+    threads = ThreadPoolExecutor(max_workers=limits.claim_review_threads, thread_name_prefix="webhook-review")
     app[THREADS_KEY] = threads
 
     async def stop_threads(_: web.Application) -> None:
@@ -245,13 +281,6 @@ def default_host() -> str:
     return os.environ.get(BIND_ADDRESS_ENV) or "0.0.0.0"
 
 
-_REFUSED_TEXT = b"too many connections to this webhook replica\n"
-_REFUSED = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\nConnection: close\r\n"
-    b"Content-Length: " + str(len(_REFUSED_TEXT)).encode() + b"\r\n\r\n" + _REFUSED_TEXT
-)
-
-
 class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     """aiohttp's server logger, except that malformed requests and vanished clients, which aiohttp
     logs with a traceback, become one DEBUG line: they are the client's problem, not ours."""
@@ -266,73 +295,75 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 _SERVER_LOG = _ServerLog(logging.getLogger("aiohttp.server"))
 
 
-class _Gate:
-    """Counts open connections (event-loop thread only)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-
-    def enter(self) -> bool:
-        if self.open >= self.limit:
-            return False
-        self.open += 1
-        return True
-
-    def leave(self) -> None:
-        self.open -= 1
-
-
 class _Connection(RequestHandler):
-    """aiohttp's HTTP/1.1 connection plus a read-header deadline, the connection cap and quiet client errors.
+    """aiohttp's HTTP/1.1 connection plus the first-byte and read-header deadlines, its slot in the
+    connection table and quiet client errors.
 
-    The deadline starts when the connection is made (after the handshake) and again with the first
-    byte of each later request, like Go's ``ReadHeaderTimeout``; it ends when a request head has
-    been parsed. aiohttp's own keep-alive timer (``idle_timeout``) closes connections idle between
-    requests.
+    Deadlines count from the accept, like Go's ``ReadHeaderTimeout`` (the handshake is part of
+    them): the first byte of a request within ``first_byte_timeout``, its whole head within
+    ``read_header_timeout``; on a kept-alive connection the head's deadline starts again with the
+    first byte of each later request. aiohttp's own keep-alive timer (``idle_timeout``) closes
+    connections idle between requests.
     """
 
     def __init__(
-        self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, limits: ServerLimits, gate: _Gate,
-        metrics: WebhookMetrics,
+        self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, limits: ServerLimits, table: ConnectionTable,
+        slot: Slot, metrics: WebhookMetrics, reviews: bool, accepted: float,
     ) -> None:  # fmt: skip
         quiet: dict[str, Any] = {"access_log": None, "logger": _SERVER_LOG}  # no access log; see _ServerLog
         super().__init__(manager, loop=loop, keepalive_timeout=limits.idle_timeout, **quiet)
         self._limits = limits
-        self._gate = gate
+        self._table = table
+        self.slot = slot
+        self._made = False
+        self.reviews = reviews  # False on the health port: /validate and /mutate are not served there
         self._webhook_metrics = metrics
         self._header_timer: asyncio.TimerHandle | None = None
+        self._accepted = accepted
         self._head_since: float | None = None  # when the request head being read began
-        self._admitted = False
+        self._first_byte = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._gate.enter():
-            self._webhook_metrics.closed.labels("refused").inc()
-            log.debug("connection refused: %d connections open", self._gate.open)
-            assert isinstance(transport, asyncio.WriteTransport)
-            transport.write(_REFUSED)
+        if self.slot.gone:  # evicted while its handshake finished
             transport.close()
             return
-        self._admitted = True
+        self._made = True
+        self.slot.stage, self.slot.since = "fresh", self._loop.time()
+        self.slot.evict = self._evicted
         super().connection_made(transport)
-        self._arm_header_timer()
+        self._head_since = self._accepted
+        self._header_timer = self._loop.call_at(
+            self._accepted + min(self._limits.first_byte_timeout, self._limits.read_header_timeout),
+            self._header_timeout,
+        )
+
+    def _evicted(self) -> None:
+        self._webhook_metrics.closed.labels("evicted").inc()
+        log.debug("connection closed to make room stage=%s peer=%s", self.slot.stage, self.slot.peer)
+        self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._admitted:
+        self._table.leave(self.slot)
+        if not self._made:
             return
-        self._admitted = False
-        self._gate.leave()
-        self._disarm_header_timer()
+        self._made = False
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._admitted:
+        if not self._made:
             return
+        now = self._loop.time()
+        self._first_byte = True
+        if self.slot.stage in ("fresh", "idle"):
+            self.slot.stage, self.slot.since = "reading", now
         if self._head_since is None:
             waiting = self._waiter
             if waiting is not None and not waiting.done():
                 # The first bytes of the next request on a kept-alive connection: its deadline starts.
-                self._head_since = self._loop.time()
+                self._head_since = now
         super().data_received(data)
         if self._messages:
             self._head_since = None  # a whole request head arrived
@@ -340,20 +371,22 @@ class _Connection(RequestHandler):
     # One timer per connection, not one per request: requests only record when their head began
     # (a clock read); the timer, when it fires, closes a connection whose head is late and is
     # otherwise set again for the earliest moment one could be.
-    def _arm_header_timer(self) -> None:
-        self._head_since = self._loop.time()
-        self._header_timer = self._loop.call_later(self._limits.read_header_timeout, self._header_timeout)
-
-    def _disarm_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self.transport is None:
             return
-        since, now = self._head_since, self._loop.time()
+        now = self._loop.time()
+        if not self._first_byte:
+            if now >= self._accepted + self._limits.first_byte_timeout:
+                self._webhook_metrics.closed.labels("first-byte-timeout").inc()
+                log.debug("connection closed: no byte of a request in %gs", self._limits.first_byte_timeout)
+                self.force_close()
+                return
+            self._header_timer = self._loop.call_at(
+                self._accepted + self._limits.first_byte_timeout, self._header_timeout
+            )
+            return
+        since = self._head_since
         if since is None or self._messages or now < since + self._limits.read_header_timeout:
             start = since if since is not None and not self._messages else now
             self._header_timer = self._loop.call_at(start + self._limits.read_header_timeout, self._header_timeout)
@@ -363,17 +396,45 @@ class _Connection(RequestHandler):
         self.force_close()
 
 
+class _Listener:
+    """What :class:`aiohttp.web.BaseSite` needs of an ``asyncio.Server``, for our own accept loop."""
+
+    def __init__(self, sock: socket.socket, accepting: asyncio.Task[None], handshakes: set[asyncio.Task[None]]) -> None:
+        self.sockets = [sock]
+        self._accepting = accepting
+        self._handshakes = handshakes
+
+    def close(self) -> None:
+        self._accepting.cancel()
+        for task in list(self._handshakes):
+            task.cancel()
+        self.sockets[0].close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._accepting
+
+
 class _Site(web.BaseSite):
-    """A TLS listener whose connections are :class:`_Connection` (aiohttp's TCPSite has no hooks for that)."""
+    """A TLS listener whose connections are :class:`_Connection`, admitted through a
+    :class:`~webhook.connections.ConnectionTable` from the accept on (aiohttp's TCPSite has no hooks for that).
+
+    The accept loop is ours so that a connection counts, and can be displaced, while its handshake
+    is still running: the handshake, which ``ssl_context`` may make require a client certificate,
+    must finish within the first-byte timeout.
+    """
 
     def __init__(
         self, runner: web.AppRunner, host: str, port: int, *, ssl_context: Any, limits: ServerLimits,
-        metrics: WebhookMetrics,
+        metrics: WebhookMetrics, reviews: bool = True, table: ConnectionTable | None = None,
     ) -> None:  # fmt: skip
         super().__init__(runner, ssl_context=ssl_context, backlog=512)
         self._host, self._port, self._limits, self._webhook_metrics = host, port, limits, metrics
-        self.gate = _Gate(limits.max_connections)
-        metrics.connections.set_function(lambda: self.gate.open)
+        self.reviews = reviews
+        self.table = table or ConnectionTable(limits.max_connections, limits.max_connections_per_peer)
+        self._handshakes: set[asyncio.Task[None]] = set()
+        if reviews:
+            metrics.connections.set_function(lambda: self.table.open)
 
     @property
     def name(self) -> str:
@@ -388,16 +449,81 @@ class _Site(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(self._backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._server = _Listener(sock, loop.create_task(self._accept(sock)), self._handshakes)  # type: ignore[assignment]
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, a connection reset before accept
+                self._webhook_metrics.closed.labels("accept-failed").inc()
+                log.warning("accept failed error=%s", exc)
+                await asyncio.sleep(0.05)
+                continue
+            peer = str(address[0]) if isinstance(address, tuple) else str(address)
+            now = loop.time()
+            slot, decision = self.table.admit(peer, now)
+            if slot is None:
+                self._webhook_metrics.closed.labels("refused").inc()
+                log.debug("connection refused: %s cap reached, every connection busy peer=%s", decision.why, peer)
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            task = loop.create_task(self._handshake(conn, slot, now))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: socket.socket, slot: Slot, accepted: float) -> None:
+        loop = asyncio.get_running_loop()
         manager = self._runner.server
         assert manager is not None
+        table = self.table
+        current = asyncio.current_task()
+        assert current is not None
+        slot.evict = lambda: self._evict_handshake(current)
 
         def connection() -> _Connection:
-            return _Connection(manager, loop=loop, limits=self._limits, gate=self.gate, metrics=self._webhook_metrics)
+            return _Connection(
+                manager, loop=loop, limits=self._limits, table=table, slot=slot, metrics=self._webhook_metrics,
+                reviews=self.reviews, accepted=accepted,
+            )  # fmt: skip
 
-        self._server = await loop.create_server(
-            connection, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True,
-            ssl_handshake_timeout=self._limits.read_header_timeout, ssl_shutdown_timeout=5.0,
-        )  # fmt: skip
+        try:
+            await loop.connect_accepted_socket(
+                connection, conn, ssl=self._ssl_context, ssl_handshake_timeout=self._limits.first_byte_timeout,
+                ssl_shutdown_timeout=5.0,
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            conn.close()
+            if slot.gone:  # evicted: the table let it go already
+                return
+            table.leave(slot)
+            raise  # the listener is closing
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            table.leave(slot)
+            conn.close()
+            # asyncio aborts a late handshake with "SSL handshake is taking longer than ..."
+            late = isinstance(exc, TimeoutError) or "taking longer" in str(exc)
+            reason = "first-byte-timeout" if late else "handshake-failed"
+            self._webhook_metrics.closed.labels(reason).inc()
+            log.debug("connection closed in the TLS handshake peer=%s error=%s", slot.peer, exc)
+
+    def _evict_handshake(self, task: asyncio.Task[None]) -> None:
+        self._webhook_metrics.closed.labels("evicted").inc()
+        task.cancel()
 
 
 async def serve(
@@ -410,6 +536,8 @@ async def serve(
     shutdown_delay: float = 0.0,
     stop: asyncio.Event | None = None,
     on_started: Callable[[int], None] | None = None,
+    health_port: int | None = None,
+    on_health_started: Callable[[int], None] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT or ``stop``; in-flight requests finish before the process exits.
 
@@ -427,9 +555,18 @@ async def serve(
     site = _Site(runner, host, port, ssl_context=tls.context, limits=app[LIMITS_KEY], metrics=app[METRICS_KEY])
     await site.start()
     bound = site.bound_port
-    log.info("webhook serving host=%s port=%d", host, bound)
-    # Start the allocator worker now, not on the first claim review (off the loop: it forks).
-    warm = asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], shared_worker().start)
+    log.info("webhook serving host=%s port=%d client_auth=%s", host, bound, bool(tls.client_ca))
+    if health_port is not None:
+        health = _Site(
+            runner, host, health_port, ssl_context=tls.health_context, limits=app[LIMITS_KEY],
+            metrics=app[METRICS_KEY], reviews=False,
+        )  # fmt: skip
+        await health.start()
+        log.info("webhook health and metrics serving host=%s port=%d", host, health.bound_port)
+        if on_health_started is not None:
+            on_health_started(health.bound_port)
+    # Start the allocator workers now, not on the first claim review (off the loop: they fork).
+    warm = asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], shared_pool().start)
     if on_started is not None:
         on_started(bound)
     stop = stop or asyncio.Event()
@@ -445,7 +582,8 @@ async def serve(
         inflight.draining = True
         log.info("webhook shutting down delay=%.1fs in_flight=%d", shutdown_delay, inflight.count)
         await asyncio.sleep(shutdown_delay)
-        await site.stop()
+        for running in list(runner.sites):
+            await running.stop()
         if not await inflight.wait_idle(shutdown_timeout):
             log.warning("shutdown timeout reached with %d reviews in flight", inflight.count)
         watcher.cancel()

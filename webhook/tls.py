@@ -11,8 +11,18 @@ old certificate behind in a second key slot.
 
 A pair that is expired, not yet valid, expires within the margin, or is not for the Service's DNS
 names never replaces a good live pair: an error names why and the live pair keeps serving. A live
-pair that nears expiry or expires is logged as an error and reported by :meth:`ReloadingTLS.problem`
-(``/readyz`` fails on it) and :meth:`ReloadingTLS.seconds_to_expiry` (a metric).
+pair that nears expiry is logged as an error (again hourly) and reported by
+:meth:`ReloadingTLS.expiry_warning` and :meth:`ReloadingTLS.seconds_to_expiry` (a metric; the
+webhook also sends an event and sets a GPUCluster condition, :mod:`webhook.expiry`), but it is
+still served and the replica stays ready: a certificate that is still valid still works, and the
+renewal (a third of the lifetime ahead) is what prevents expiry. Only a pair that clients would
+refuse now (expired, not yet valid, not for the Service) is :meth:`ReloadingTLS.problem`, which
+``/readyz`` fails on.
+
+Two listening contexts share the live pair: :attr:`ReloadingTLS.context` for reviews, which with
+client authentication on (:meth:`ReloadingTLS.require_client_certificates`) makes the handshake
+fail without a certificate from the client CA, and :attr:`ReloadingTLS.health_context` for probes
+and metrics, which asks for none (the kubelet presents none).
 """
 
 from __future__ import annotations
@@ -127,9 +137,17 @@ def _severity(problems: list[tuple[int, str]]) -> int:
     return max((grade for grade, _ in problems), default=0)
 
 
-def context_from(pair: Pair) -> ssl.SSLContext:
+def require_certificate(ctx: ssl.SSLContext, ca_pem: str) -> None:
+    """Make handshakes on ``ctx`` fail unless the client presents a certificate ``ca_pem`` verifies."""
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=ca_pem)
+
+
+def context_from(pair: Pair, client_ca: str | None = None) -> ssl.SSLContext:
     """A serving context loaded from exactly ``pair``'s bytes (an anonymous memfd; a 0700 temp dir elsewhere)."""
     ctx = server_context()
+    if client_ca:
+        require_certificate(ctx, client_ca)
     memfd = getattr(os, "memfd_create", None)
     if memfd is not None and os.path.isdir("/proc/self/fd"):
         fds = [memfd("gpucluster-tls-crt", os.MFD_CLOEXEC), memfd("gpucluster-tls-key", os.MFD_CLOEXEC)]
@@ -182,9 +200,13 @@ class ReloadingTLS:
         self.clock = clock
         self.context = server_context()  # the listening context: hands each handshake to the live one
         self.context.sni_callback = self._select
+        self.health_context = server_context()  # the same pair, never a client certificate
+        self.health_context.sni_callback = self._select_health
         self.live: Pair | None = None
         self.reloads = 0
+        self.client_ca: str | None = None
         self._live_context: ssl.SSLContext | None = None
+        self._live_auth_context: ssl.SSLContext | None = None
         self._digest = b""
         self._last_refusal: tuple[bytes, str] | None = None
         self._last_report: tuple[str, float] = ("", 0.0)
@@ -194,22 +216,49 @@ class ReloadingTLS:
         return self.live is not None
 
     def _select(self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
+        live = self._live_auth_context if self.client_ca else self._live_context
+        if live is not None:
+            sslobj.context = live
+
+    def _select_health(self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
         live = self._live_context
         if live is not None:
             sslobj.context = live
 
-    def problems(self) -> list[str]:
-        """What is wrong with the live pair now (empty when it is good or none is loaded)."""
+    def require_client_certificates(self, ca_pem: str) -> None:
+        """From now on a handshake on :attr:`context` needs a client certificate ``ca_pem`` verifies.
+
+        OpenSSL copies the verify mode from the listening context when a connection starts and
+        verifies against the store of the context the SNI callback switched to: both get the CA.
+        """
+        require_certificate(self.context, ca_pem)
+        self.client_ca = ca_pem
+        if self.live is not None:
+            self._live_auth_context = context_from(self.live, ca_pem)
+
+    def _graded_now(self) -> list[tuple[int, str]]:
         if self.live is None:
             return []
-        return pair_problems(self.live, now=self.clock(), required_names=self.required_names, margin=self.expiry_margin)
+        return self._graded(self.live)
+
+    def problems(self) -> list[str]:
+        """Everything wrong with the live pair now, near expiry included (empty when it is good or none is loaded)."""
+        return [text for _, text in self._graded_now()]
 
     def problem(self) -> str | None:
-        """One line for /readyz, or None when the live pair is good."""
+        """Why this replica cannot serve a certificate clients accept (one line for /readyz), or None.
+
+        A certificate that merely nears expiry is no problem here: it still works (see :meth:`expiry_warning`).
+        """
         if self.live is None:
             return "tls material not loaded"
-        problems = self.problems()
-        return f"serving certificate {'; '.join(problems)}" if problems else None
+        fatal = [text for grade, text in self._graded_now() if grade >= 2]
+        return f"serving certificate {'; '.join(fatal)}" if fatal else None
+
+    def expiry_warning(self) -> str | None:
+        """The live certificate expires within the margin (still valid): one line, or None."""
+        near = [text for grade, text in self._graded_now() if grade == 1]
+        return f"serving certificate {'; '.join(near)}" if near else None
 
     def seconds_to_expiry(self) -> float:
         """Seconds until the live certificate's notAfter (negative once expired; NaN with none loaded)."""
@@ -244,11 +293,12 @@ class ReloadingTLS:
                 self._refuse(digest, "; ".join(text for _, text in graded))
                 return False
             context = context_from(pair)
+            auth_context = context_from(pair, self.client_ca) if self.client_ca else None
         except (PairError, ssl.SSLError, OSError) as exc:
             self._refuse(digest, str(exc))
             return False
         first = self.live is None
-        self._live_context, self.live, self._digest = context, pair, digest
+        self._live_context, self._live_auth_context, self.live, self._digest = context, auth_context, pair, digest
         self._last_refusal = None
         problems = "; ".join(text for _, text in graded)
         if not first:

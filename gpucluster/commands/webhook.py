@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import os
+import resource
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,9 @@ from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
 from gpucluster.policy import TRANSLATION_MODES, Settings
-from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
+from webhook import feasibility
+from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, parse_allowed_names, protect
+from webhook.expiry import ExpiryReporter
 from webhook.server import ServerLimits, build_app, default_host, serve
 from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
 
@@ -46,7 +49,15 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="address to listen on (default $GPUCLUSTER_BIND_ADDRESS when set, else 0.0.0.0)",
     )
-    parser.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    parser.add_argument("--port", type=int, default=9443, help="HTTPS port of the reviews (default 9443)")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="also serve /healthz, /readyz and /metrics over HTTPS on port P, never asking for a client "
+        "certificate and never serving reviews (needed with --client-ca-file: kubelet probes present none)",
+    )
     certs = parser.add_mutually_exclusive_group()
     certs.add_argument("--cert-dir", metavar="DIR", help="directory with tls.crt and tls.key, reloaded on change")
     certs.add_argument(
@@ -67,8 +78,16 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--client-ca-file",
         metavar="F",
-        help="PEM CA bundle: /validate and /mutate answer only clients with a certificate it verifies "
-        "(kube-apiserver presents one when its AdmissionConfiguration kubeConfigFile says so)",
+        help="PEM CA bundle: the review port's TLS handshake requires a client certificate it verifies "
+        "(kube-apiserver presents one when its AdmissionConfiguration kubeConfigFile says so); needs --health-port",
+    )
+    parser.add_argument(
+        "--client-allowed-names",
+        metavar="NAMES",
+        default=",".join(DEFAULT_ALLOWED_NAMES),
+        help="comma-separated common names a client certificate may have, like kube-apiserver's "
+        "--requestheader-allowed-names; '' allows any certificate the CA verifies "
+        f"(default {','.join(DEFAULT_ALLOWED_NAMES)})",
     )
     limits = ServerLimits()
     server = parser.add_argument_group("connections (defaults are kube-apiserver's)")
@@ -102,6 +121,29 @@ def register(subparsers: Subparsers) -> None:
         help=f"refuse (503, closed) connections beyond N open ones (default {limits.max_connections})",
     )
     server.add_argument(
+        "--max-connections-per-peer",
+        type=int,
+        default=limits.max_connections_per_peer,
+        metavar="N",
+        help="connections one peer address may hold; at the cap its own least busy connection makes room "
+        f"(default {limits.max_connections_per_peer})",
+    )
+    server.add_argument(
+        "--first-byte-timeout",
+        type=_seconds,
+        default=limits.first_byte_timeout,
+        metavar="S",
+        help="close a connection that has not finished its TLS handshake and sent the first byte of a request "
+        f"within S seconds of connecting (default {limits.first_byte_timeout:g})",
+    )
+    server.add_argument(
+        "--feasibility-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="allocator processes per lane for claim reviews (default: the cores this process may use)",
+    )
+    server.add_argument(
         "--feasibility-deadline",
         type=_seconds,
         default=worker.DEFAULT_DEADLINE,
@@ -122,8 +164,10 @@ def register(subparsers: Subparsers) -> None:
         type=_seconds,
         default=DEFAULT_EXPIRY_MARGIN,
         metavar="S",
-        help="log an error and fail /readyz when the serving certificate expires within S "
-        f"seconds; a new pair that does is not loaded over a good one (default {DEFAULT_EXPIRY_MARGIN:g})",
+        help="log an error (again hourly), send a Warning event and set the GPUCluster condition "
+        "WebhookCertificateValid=False when the serving certificate expires within S seconds; a new pair that "
+        "does is not loaded over a good one. /readyz fails only once the certificate cannot be served "
+        f"(expired, not yet valid, not for the Service) (default {DEFAULT_EXPIRY_MARGIN:g})",
     )
     rotation.add_argument(
         "--cert-dns-names",
@@ -214,8 +258,19 @@ def run(args: argparse.Namespace) -> int:
         args.client_ca = load_ca_bundle(Path(args.client_ca_file)) if args.client_ca_file else None
     except ClientAuthError as exc:
         raise InputError(f"--client-ca-file {exc}") from None
-    if args.max_connections < 1:
-        raise InputError(f"--max-connections {args.max_connections}: must be at least 1")
+    if args.client_ca and args.health_port is None:
+        raise InputError("--client-ca-file needs --health-port: kubelet probes present no client certificate")
+    if args.health_port is not None and not (0 < args.health_port < 65536 and args.health_port != args.port):
+        raise InputError(f"--health-port {args.health_port}: must be between 1 and 65535 and not --port")
+    args.allowed_names = parse_allowed_names(args.client_allowed_names)
+    for name, value in (
+        ("--max-connections", args.max_connections),
+        ("--max-connections-per-peer", args.max_connections_per_peer),
+    ):
+        if value < 1:
+            raise InputError(f"{name} {value}: must be at least 1")
+    if args.feasibility_processes is not None and args.feasibility_processes < 1:
+        raise InputError(f"--feasibility-processes {args.feasibility_processes}: must be at least 1")
     names = (
         [f"{args.service_name}.{args.operator_namespace}.svc"]
         if args.cert_dns_names is None
@@ -228,8 +283,10 @@ def run(args: argparse.Namespace) -> int:
     args.limits = ServerLimits(
         read_header_timeout=args.read_header_timeout, read_body_timeout=args.read_body_timeout,
         idle_timeout=args.idle_timeout, max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer, first_byte_timeout=args.first_byte_timeout,
     )  # fmt: skip
-    worker.configure(deadline=args.feasibility_deadline)
+    feasibility.configure(deadline=args.feasibility_deadline, processes=args.feasibility_processes)
+    _raise_open_files_limit()
     tls.reload_if_changed()
     if not tls.loaded:
         raise InputError(f"{cert_dir}: tls.crt and tls.key do not form a valid certificate and key pair")
@@ -249,8 +306,10 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings
     if static is not None:
         _log_gates(settings)
         app = build_app(static, settings, tls=tls, limits=args.limits)
-        protect(app, tls, args.client_ca)
-        await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+        protect(app, tls, args.client_ca, args.allowed_names)
+        await serve(
+            app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay, health_port=args.health_port
+        )
         return
     kube = await Kube.connect(args.kubeconfig)
     try:
@@ -262,14 +321,31 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS, settings: Settings
         _log_gates(settings)
         cluster = ClusterState()
         reflectors = asyncio.create_task(run_reflectors(kube, cluster, WEBHOOK_KINDS))
+        expiry = asyncio.create_task(ExpiryReporter(kube, cluster, tls).run(args.cert_poll_interval))
         try:
             app = build_app(cluster, settings, tls=tls, limits=args.limits)
-            protect(app, tls, args.client_ca)
-            await serve(app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay)
+            protect(app, tls, args.client_ca, args.allowed_names)
+            await serve(
+                app, tls, host=args.host, port=args.port, shutdown_delay=args.shutdown_delay,
+                health_port=args.health_port,
+            )  # fmt: skip
         finally:
             reflectors.cancel()
+            expiry.cancel()
     finally:
         await kube.close()
+
+
+def _raise_open_files_limit() -> None:
+    """Every connection is a file descriptor: lift the soft limit to the hard one, as Go's runtime does."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20), hard)
+            )
+    except (ValueError, OSError) as exc:
+        log.debug("open files limit unchanged error=%s", exc)
 
 
 def _log_gates(settings: Settings) -> None:

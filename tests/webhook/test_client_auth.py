@@ -1,4 +1,5 @@
-"""Optional caller authentication against the live server: reviews need a client certificate from the CA."""
+"""Optional caller authentication against the live server: reviews need an allowed client certificate
+from the CA at the handshake; probes and metrics are served without one on the health port."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook.clientauth import ClientAuthError, load_ca_bundle, protect
+from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, parse_allowed_names, protect
 from webhook.server import build_app, serve
 from webhook.tls import ReloadingTLS
 
 
-def client_pair(ca: KeyPair, tmp: Path, name: str) -> tuple[Path, Path]:
+def client_pair(ca: KeyPair, tmp: Path, name: str, cn: str = DEFAULT_ALLOWED_NAMES[0]) -> tuple[Path, Path]:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -33,7 +34,7 @@ def client_pair(ca: KeyPair, tmp: Path, name: str) -> tuple[Path, Path]:
     now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -60,19 +61,24 @@ class Server:
         self.tls.reload_if_changed()
         (tmp / "client-ca.crt").write_bytes(self.client_ca.cert_pem)
         self.port = 0
+        self.health_port = 0
 
     def write_pair(self) -> None:
         pair = new_serving_cert(self.serving_ca, ["localhost"], ip_addresses=["127.0.0.1"])
         (self.tmp / "tls.crt").write_bytes(pair.cert_pem)
         (self.tmp / "tls.key").write_bytes(pair.key_pem)
 
-    async def post(self, path: str, cert: tuple[Path, Path] | None) -> int:
+    async def post(self, path: str, cert: tuple[Path, Path] | None, *, health: bool = False) -> int:
         ctx = ssl.create_default_context(cadata=self.serving_ca.cert_pem.decode())
         if cert:
             ctx.load_cert_chain(*cert)
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port, ssl=ctx, server_hostname="localhost")
+        port = self.health_port if health else self.port
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+        except (ssl.SSLError, ConnectionError):
+            return 0  # TLS 1.2 and some TLS 1.3 timings: the handshake itself fails
         body = json.dumps(review(pod(container("cuda", {"nvidia.com/gpu": "1"})), namespace="ml")).encode()
-        method = "POST" if path != "/readyz" else "GET"
+        method = "POST" if path not in ("/readyz", "/metrics") else "GET"
         writer.write(
             f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body) if method == 'POST' else 0}\r\nConnection: close\r\n\r\n".encode()
@@ -87,17 +93,24 @@ class Server:
         return int(status.split()[1]) if status else 0  # 0: the server dropped the connection
 
 
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
+@pytest.fixture(params=["default"])
+async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Server]:
     srv = Server(tmp_path)
     app = build_app(ClusterState.from_objects([]), Settings(), tls=srv.tls)
-    protect(app, srv.tls, load_ca_bundle(tmp_path / "client-ca.crt"))
-    started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    allowed = DEFAULT_ALLOWED_NAMES if request.param == "default" else parse_allowed_names(request.param)
+    protect(app, srv.tls, load_ca_bundle(tmp_path / "client-ca.crt"), allowed)
+    loop = asyncio.get_running_loop()
+    started: asyncio.Future[int] = loop.create_future()
+    health: asyncio.Future[int] = loop.create_future()
     stop = asyncio.Event()
     task = asyncio.create_task(
-        serve(app, srv.tls, host="127.0.0.1", port=0, stop=stop, shutdown_timeout=1, on_started=started.set_result)
+        serve(
+            app, srv.tls, host="127.0.0.1", port=0, stop=stop, shutdown_timeout=1, on_started=started.set_result,
+            health_port=0, on_health_started=health.set_result,
+        )  # fmt: skip
     )
     srv.port = await asyncio.wait_for(started, 10)
+    srv.health_port = await asyncio.wait_for(health, 10)
     try:
         yield srv
     finally:
@@ -108,9 +121,28 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
 async def test_reviews_need_a_certificate_from_the_ca(server: Server) -> None:
     good = client_pair(server.client_ca, server.tmp, "good")
     assert await server.post("/mutate", good) == 200
-    assert await server.post("/mutate", None) == 401
-    assert await server.post("/validate", None) == 401
-    assert await server.post("/readyz", None) == 200  # the kubelet's probes present no certificate
+    # Without a certificate the handshake fails: the connection never holds a slot.
+    assert await server.post("/mutate", None) == 0
+    assert await server.post("/validate", None) == 0
+    assert await server.post("/readyz", None) == 0
+    # The health port: probes and metrics without a certificate, never a review.
+    assert await server.post("/readyz", None, health=True) == 200
+    assert await server.post("/metrics", None, health=True) == 200
+    assert await server.post("/mutate", None, health=True) == 404
+    assert await server.post("/mutate", good, health=True) == 404
+
+
+async def test_a_certificate_of_another_name_from_the_ca_is_refused(server: Server) -> None:
+    for cn in ("system:node:node-1", "kubernetes-admin", "kube-apiserver"):
+        foreign = client_pair(server.client_ca, server.tmp, cn.replace(":", "-"), cn=cn)
+        assert await server.post("/mutate", foreign) == 403, cn
+        assert await server.post("/validate", foreign) == 403, cn
+
+
+@pytest.mark.parametrize("server", ["", "system:node:node-1,other"], indirect=True)
+async def test_allowed_names_can_be_any_or_a_list(server: Server) -> None:
+    node = client_pair(server.client_ca, server.tmp, "node", cn="system:node:node-1")
+    assert await server.post("/mutate", node) == 200
 
 
 async def test_a_certificate_from_another_ca_fails_the_handshake(server: Server) -> None:
@@ -127,7 +159,7 @@ async def test_verification_survives_a_serving_certificate_reload(server: Server
     server.write_pair()
     assert server.tls.reload_if_changed()
     assert await server.post("/mutate", good) == 200
-    assert await server.post("/mutate", None) == 401
+    assert await server.post("/mutate", None) == 0
 
 
 def test_unusable_bundles_are_refused(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from sandbox.sim import gpunodes as simulate
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
+from webhook import feasibility
 from webhook.server import INFLIGHT_KEY
 
 GPU_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
@@ -116,7 +117,7 @@ def test_a_check_queued_behind_a_slow_one_is_cut_short_at_its_own_deadline(check
 
 async def test_a_slow_claim_review_does_not_delay_pod_reviews(tmp_path: Path) -> None:
     """One claim review runs into the deadline while 20 pod reviews are answered quickly."""
-    worker.configure(deadline=3.0)
+    feasibility.configure(deadline=3.0)
     try:
         srv, task = await start(tmp_path, FAST, ClusterState.from_objects(slow_cluster()))
         try:
@@ -156,7 +157,7 @@ async def test_a_slow_claim_review_does_not_delay_pod_reviews(tmp_path: Path) ->
             srv.stop.set()
             await asyncio.wait_for(task, 10)
     finally:
-        worker.configure(deadline=worker.DEFAULT_DEADLINE)
+        feasibility.configure(deadline=worker.DEFAULT_DEADLINE)
 
 
 async def test_the_controller_explainer_uses_the_worker_and_its_deadline() -> None:

@@ -1,7 +1,8 @@
 """The server against hostile and broken clients: real sockets, real TLS, small timeouts.
 
 Slow-loris headers, a handshake never started, idle keep-alive, a trickled body, a client that
-vanishes mid-body, malformed HTTP, more connections than the cap, and TLS 1.2 CBC suites.
+vanishes mid-body, malformed HTTP, more connections than the cap, compressed bodies, and TLS 1.2
+CBC suites. tests/webhook/test_lockout.py has the lock-out by idle peers and the per-peer caps.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from tests.webhook.reviews import clusterpolicy, gpucluster, review
 from webhook.server import METRICS_KEY, ServerLimits, build_app, serve
 from webhook.tls import ReloadingTLS
 
-FAST = ServerLimits(read_header_timeout=0.6, read_body_timeout=0.6, idle_timeout=1.2, max_connections=200)
+FAST = ServerLimits(
+    read_header_timeout=0.6, read_body_timeout=0.6, idle_timeout=1.2, max_connections=200, first_byte_timeout=0.6
+)
 BODY = json.dumps(review(gpucluster())).encode()
 
 
@@ -221,7 +224,9 @@ async def test_a_compressed_body_is_refused_with_415(live: Live, encoding: str) 
     writer.write(request + body)
     answer = await closed_by_server(reader, 5)
     writer.close()
-    assert answer.startswith(b"HTTP/1.1 415") and f"Content-Encoding {encoding.lower()} is not accepted".encode() in answer
+    assert (
+        answer.startswith(b"HTTP/1.1 415") and f"Content-Encoding {encoding.lower()} is not accepted".encode() in answer
+    )
     assert live.metric("gpucluster_webhook_rejected_requests_total", path="validate", code="415") == 1
 
 
@@ -240,22 +245,18 @@ async def test_metadata_that_is_not_an_object_gets_400_not_an_internal_error(
     no_tracebacks(caplog)
 
 
-async def test_connections_beyond_the_cap_are_refused_with_503(tmp_path: Path) -> None:
+async def test_a_full_replica_makes_room_by_closing_a_silent_connection(tmp_path: Path) -> None:
     srv, task = await start(tmp_path, ServerLimits(max_connections=3))
     try:
         ctx = srv.client_context()
         held = [await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx) for _ in range(3)]
-        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
-        answer = await closed_by_server(reader, 5)
-        writer.close()
-        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
-        assert srv.metric("gpucluster_webhook_connections_closed_total", reason="refused") == 1
-        assert srv.metric("gpucluster_webhook_open_connections") == 3
-        held.pop()[1].close()
         async with asyncio.timeout(5):
-            while srv.metric("gpucluster_webhook_open_connections") > 2:
+            while srv.metric("gpucluster_webhook_open_connections") < 3:
                 await asyncio.sleep(0.01)
-        await review_ok(srv)  # room again
+        await review_ok(srv)  # served: the oldest silent connection made room
+        assert srv.metric("gpucluster_webhook_connections_closed_total", reason="evicted") == 1
+        assert srv.metric("gpucluster_webhook_connections_closed_total", reason="refused") == 0
+        assert await closed_by_server(held[0][0], 5) == b""  # the oldest one went
         for _, w in held:
             w.close()
     finally:

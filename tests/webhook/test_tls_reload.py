@@ -131,14 +131,15 @@ def test_a_bad_live_pair_is_replaced_by_a_less_bad_one(tmp_path: Path) -> None:
     short = pair(ca, lifetime=dt.timedelta(minutes=30), now=clock.now)
     write_pair(tmp_path, short)
     assert tls.reload_if_changed()  # nearly expired beats expired
-    assert "in less than 3600s" in (tls.problem() or "")
+    assert tls.problem() is None  # still valid: servable, the replica stays ready
+    assert "in less than 3600s" in (tls.expiry_warning() or "")
     write_pair(tmp_path, pair(ca, ["other.example.com"], now=clock.now))
     assert not tls.reload_if_changed()  # wrong names are worse than nearly expired
     write_pair(tmp_path, pair(ca, now=clock.now))
     assert tls.reload_if_changed() and tls.problem() is None
 
 
-async def test_expiry_while_serving_fails_readiness_logs_and_is_exported(
+async def test_nearing_expiry_is_loud_but_ready_and_only_expiry_fails_readiness(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = Clock()
@@ -161,7 +162,12 @@ async def test_expiry_while_serving_fails_readiness_logs_and_is_exported(
         with caplog.at_level(logging.ERROR, logger="gpucluster.webhook.tls"):
             clock.now = srv.tls.live.not_after - dt.timedelta(minutes=10)  # within the margin
             status, text = await get("/readyz")
-            assert status == 503 and "in less than 3600s" in text
+            assert status == 200, text  # still valid: every replica keeps serving
+            assert "in less than 3600s" in (srv.tls.expiry_warning() or "")
+            assert 0 < srv.metric("gpucluster_webhook_certificate_expiry_seconds") < 3600
+            async with asyncio.timeout(5):  # the watcher's next poll logs it as an error
+                while not any("in less than 3600s" in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.01)
             clock.now = srv.tls.live.not_after + dt.timedelta(seconds=1)  # expired
             status, text = await get("/readyz")
             assert status == 503 and "serving certificate expired at" in text

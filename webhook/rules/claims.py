@@ -16,8 +16,8 @@ from typing import Any
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
 from gpucluster.dra import gates
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
-from gpucluster.dra.worker import shared_worker
 from gpucluster.policy import Settings
+from webhook.feasibility import shared_pool
 from webhook.review import AdmissionRequest, Verdict, short_warning
 
 # Claims the resourceclaim controller makes from a pod's template carry this annotation; the
@@ -92,11 +92,11 @@ def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[
 def _why_not(claim: Mapping[str, Any], cluster: ClusterState, settings: Settings) -> str | None:
     """A warning when no node can ever satisfy the claim (or the check was cut short), else None.
 
-    The allocator runs in a worker process with a deadline (:mod:`gpucluster.dra.worker`), with
-    the settings' Kubernetes version and feature gates.
+    The allocator runs in the webhook's worker pool with a deadline (:mod:`webhook.feasibility`),
+    with the settings' Kubernetes version and feature gates.
     """
     objects = [*cluster.list("ResourceSlice"), *cluster.list("DeviceClass"), *cluster.list("Node")]
-    result = shared_worker().check(
+    result = shared_pool().check(
         [dict(claim)],
         objects,
         kubernetes_version=settings.kubernetes_version,
