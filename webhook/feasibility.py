@@ -1,0 +1,161 @@
+"""The claim feasibility check of the webhook: claim reviews in parallel, a light one never behind a heavy one.
+
+The allocator runs in worker processes (:mod:`gpucluster.dra.worker`) in two lanes, each with as
+many processes as the replica has cores:
+
+- the **quick lane** runs every check first with a small search budget (``quick_budget`` seconds
+  over all nodes, and a step limit, both enforced by the allocator itself, so the process lives
+  on): a claim that fits, or that no node can hold, is usually decided there in milliseconds;
+- a check the quick lane could not finish continues in the **slow lane**, whose processes run at a
+  lower CPU priority (nice 10): heavy searches use the cores the quick lane leaves, and a light
+  review that arrives behind sixteen heavy ones waits for at most their quick-lane budgets.
+
+Every check keeps its own deadline (``--feasibility-deadline``, counted from the review's start,
+queueing included): past it the answer is "cut short", never late.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpucluster.dra.worker import DEFAULT_DEADLINE, AllocatorWorker, Feasibility, cut_short
+
+log = logging.getLogger("gpucluster.webhook")
+
+DEFAULT_QUICK_BUDGET = 0.05  # seconds of search over all nodes before a check moves to the slow lane
+QUICK_MAX_STEPS = 20_000  # per node: bounds the quick lane even where the per-node deadline is off
+SLOW_NICE = 10
+
+
+def replica_cores() -> int:
+    """CPUs this process may run on (its affinity mask; the container's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _lower_priority() -> None:
+    """Nice this thread; the slow lane's workers, started from it, inherit it (Linux: nice is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SLOW_NICE)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed: still correct, only less fair
+        log.debug("cannot lower the slow lane's priority error=%s", exc)
+
+
+def node_count(cluster: Sequence[Mapping[str, Any]]) -> int:
+    """Nodes the allocator will visit: Node objects and the nodes slices name."""
+    names: set[str] = set()
+    for obj in cluster:
+        kind = obj.get("kind")
+        if kind == "Node":
+            names.add(str((obj.get("metadata") or {}).get("name")))
+        elif kind == "ResourceSlice":
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                names.add(str(node))
+    return max(1, len(names))
+
+
+class FeasibilityPool:
+    """The two lanes; :meth:`check` is thread-safe and blocks (a claim review runs in a thread)."""
+
+    def __init__(
+        self,
+        *,
+        processes: int | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+        quick_budget: float = DEFAULT_QUICK_BUDGET,
+        threads: int = 64,
+    ) -> None:
+        self.processes = processes or replica_cores()
+        self.deadline = deadline
+        self.quick_budget = quick_budget
+        self.quick = AllocatorWorker(deadline=deadline, processes=self.processes)
+        self.slow = AllocatorWorker(deadline=deadline, processes=self.processes)
+        self._slow_threads = ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="feasibility-slow", initializer=_lower_priority
+        )
+        self.escalated = 0  # checks the quick lane could not finish, for tests and metrics
+
+    def start(self) -> None:
+        """Start the processes now (the slow lane's from a niced thread), so the first check does not pay for it."""
+        self.quick.start()
+        self._slow_threads.submit(self.slow.start).result()
+
+    def close(self) -> None:
+        self.quick.close()
+        self.slow.close()
+        self._slow_threads.shutdown(wait=False, cancel_futures=True)
+
+    def check(
+        self,
+        claims: list[dict[str, Any]],
+        cluster: Sequence[Mapping[str, Any]],
+        *,
+        started: float | None = None,
+        **options: Any,
+    ) -> Feasibility:
+        """Whether ``claims`` fit on some node, within the deadline counted from ``started`` (monotonic; now)."""
+        begun = time.monotonic() if started is None else started
+        ends = begun + self.deadline
+        left = ends - time.monotonic()
+        if left <= 0:
+            return self._cut()
+        per_node_ms = max(0.5, self.quick_budget * 1000 / node_count(cluster))
+        first = self.quick.check(
+            claims, cluster, deadline=left, deadline_ms=per_node_ms, max_steps=QUICK_MAX_STEPS, **options
+        )
+        if not first.cut_short:
+            return first
+        left = ends - time.monotonic()
+        if left <= 0.01:
+            return self._cut()
+        self.escalated += 1
+        result = self._slow_threads.submit(self.slow.check, claims, cluster, deadline=left, **options).result()
+        if result.incomplete and result.incomplete.startswith("feasibility check cut short after"):
+            return cut_short(self.deadline)  # the review's deadline, not what was left of it
+        return result
+
+    def _cut(self) -> Feasibility:
+        log.warning("feasibility check cut short deadline=%.1fs", self.deadline)
+        return cut_short(self.deadline)
+
+
+_shared: FeasibilityPool | None = None
+_shared_pid = 0
+_lock = threading.Lock()
+
+
+def shared_pool() -> FeasibilityPool:
+    """The process-wide pool (created on first use; servers size it with :func:`configure`)."""
+    global _shared, _shared_pid
+    with _lock:
+        if _shared is None or _shared_pid != os.getpid():
+            _shared, _shared_pid = FeasibilityPool(), os.getpid()
+        return _shared
+
+
+def configure(
+    *, deadline: float | None = None, processes: int | None = None, quick_budget: float | None = None
+) -> FeasibilityPool:
+    """Replace the shared pool's settings (servers call this once at start; tests in between)."""
+    global _shared, _shared_pid
+    current = shared_pool()
+    with _lock:
+        if processes is not None and processes != current.processes:
+            current.close()
+            current = FeasibilityPool(processes=processes, deadline=current.deadline, quick_budget=current.quick_budget)
+            _shared, _shared_pid = current, os.getpid()
+        if deadline is not None:
+            current.deadline = deadline
+            current.quick.deadline = current.slow.deadline = deadline
+        if quick_budget is not None:
+            current.quick_budget = quick_budget
+    return current
