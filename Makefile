@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := gpucluster webhook controller certs sandbox
 
-.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go
+.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go oracle fuzz-dra
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -35,7 +35,7 @@ unit:
 test: lint typecheck kube-if-go unit
 
 kube-if-go:
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory kube; \
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory kube oracle; \
 	else echo "make test: Go not found: the real-control-plane tier skips (CI=true fails it); install Go >= 1.24"; fi
 
 bench:
@@ -55,6 +55,17 @@ try-chart:
 KUBE_VERSIONS ?= 1.34 1.37
 kube:
 	@for v in $(KUBE_VERSIONS); do $(BIN)/gpucluster cluster build --version $$v || exit $$?; done
+
+# Build the DRA oracle (tests/oracle: Kubernetes' own allocator and CEL environment, one binary
+# per version) into ~/.cache/gpucluster/oracle/<minor>/: ORACLE_VERSIONS=1.34 1.35 1.36 1.37.
+ORACLE_VERSIONS ?= 1.34 1.35 1.36 1.37
+oracle:
+	@$(BIN)/python -m tests.oracle.build $(ORACLE_VERSIONS)
+
+# More differential cases than CI runs, ours against upstream's allocator: N per version.
+N ?= 20000
+fuzz-dra: oracle
+	GPUCLUSTER_ORACLE_CASES=$(N) $(BIN)/pytest -q -p no:cacheprovider tests/oracle
 
 # Regenerate the CRD manifests from the API models (a test fails when they are stale).
 crds:
