@@ -67,13 +67,15 @@ def test_counter_devices_are_never_allocated_unless_partitionable_devices_is_on(
             dev("plain"),
             sharedCounters=[counter_set(memory="80Gi")],
         ),
-        rslice("s2", "n1", "p2", dev("other")),
         device_class(),
     ]
-    # Off: the slice with sharedCounters is ignored altogether (GatherPools).
-    assert picks(explain([claim(exact())], cluster)) == [("gpu", GPU, "p2", "other")]
-    on = explain([claim(exact())], cluster, feature_gates={"DRAPartitionableDevices": True})
-    assert picks(on) == [("gpu", GPU, "p1", "part")]
+    # Off (1.34): the slice with sharedCounters is still used (GatherPools skips only per-device
+    # node selection), so its device that consumes no counters is allocatable, the other not
+    # (upstream's "partitionable-devices-disabled-other-device-do-not-consume-counters").
+    assert picks(explain([claim(exact())], cluster)) == [("gpu", GPU, "p1", "plain")]
+    assert not explain([claim(exact(count=2))], cluster).satisfiable
+    on = explain([claim(exact(count=2))], cluster, feature_gates={"DRAPartitionableDevices": True})
+    assert sorted(picks(on)) == [("gpu", GPU, "p1", "part"), ("gpu", GPU, "p1", "plain")]
 
 
 def test_counter_devices_without_shared_counters_in_their_slice_are_refused_when_off() -> None:

@@ -420,11 +420,11 @@ def _split_cluster(
         kind = _kind(obj, index, "cluster object")
         if kind == "ResourceSlice":
             parsed = parse_slice(obj, index)
-            # GatherPools with DRAPartitionableDevices off: up to 1.34 it skips slices with shared
-            # counters or per-device node selection; from 1.35 (counter sets in their own slices)
-            # only the latter, so a counter-set slice still counts towards its pool being complete.
-            skipped = parsed.per_device or (parsed.shared_counters and not semantics.pool_counters)
-            if not semantics.partitionable_devices and skipped:
+            # GatherPools with DRAPartitionableDevices off skips slices with per-device node
+            # selection. In 1.34 the devices of a slice with shared counters that consume none
+            # stay allocatable; from 1.35 a counter-set slice (devices of its own it has none) is
+            # not used but still counts towards its pool being complete.
+            if not semantics.partitionable_devices and parsed.per_device:
                 continue
             check_slice_for_version(parsed, semantics)
             slices.append((index, parsed))
