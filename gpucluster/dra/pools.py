@@ -435,9 +435,7 @@ def gather_pools(
         # 1.34's GatherPools adds the slices with binding conditions after the others and puts
         # the pools that have them last, whether DRADeviceBindingConditions is on or not.
         grouped = {}
-        for s in sorted(
-            (s for s in candidates if s.relevant_for(node)), key=lambda s: s.has_binding_conditions
-        ):
+        for s in sorted((s for s in candidates if s.relevant_for(node)), key=lambda s: s.has_binding_conditions):
             _add_slice(grouped, s)
         pools = [_pool_134(pid, slices) for pid, slices in grouped.items()]
         return [p for p in pools if not p.has_binding_conditions] + [p for p in pools if p.has_binding_conditions]
