@@ -396,6 +396,11 @@ class _Connection(RequestHandler):
         self.force_close()
 
 
+def _close_if_cancelled(conn: socket.socket, task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        conn.close()
+
+
 class _Listener:
     """What :class:`aiohttp.web.BaseSite` needs of an ``asyncio.Server``, for our own accept loop."""
 
@@ -474,7 +479,8 @@ class _Site(web.BaseSite):
                 continue
             peer = str(address[0]) if isinstance(address, tuple) else str(address)
             now = loop.time()
-            slot, decision = self.table.admit(peer, now)
+            pending: list[asyncio.Task[None]] = []
+            slot, decision = self.table.admit(peer, now, functools.partial(self._evict_handshake, pending))
             if slot is None:
                 self._webhook_metrics.closed.labels("refused").inc()
                 log.debug("connection refused: %s cap reached, every connection busy peer=%s", decision.why, peer)
@@ -483,17 +489,16 @@ class _Site(web.BaseSite):
                 conn.close()
                 continue
             task = loop.create_task(self._handshake(conn, slot, now))
+            pending.append(task)
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
+            task.add_done_callback(functools.partial(_close_if_cancelled, conn))  # also before it ran
 
     async def _handshake(self, conn: socket.socket, slot: Slot, accepted: float) -> None:
         loop = asyncio.get_running_loop()
         manager = self._runner.server
         assert manager is not None
         table = self.table
-        current = asyncio.current_task()
-        assert current is not None
-        slot.evict = lambda: self._evict_handshake(current)
 
         def connection() -> _Connection:
             return _Connection(
@@ -521,9 +526,10 @@ class _Site(web.BaseSite):
             self._webhook_metrics.closed.labels(reason).inc()
             log.debug("connection closed in the TLS handshake peer=%s error=%s", slot.peer, exc)
 
-    def _evict_handshake(self, task: asyncio.Task[None]) -> None:
+    def _evict_handshake(self, pending: list[asyncio.Task[None]]) -> None:
         self._webhook_metrics.closed.labels("evicted").inc()
-        task.cancel()
+        for task in pending:
+            task.cancel()
 
 
 async def serve(

@@ -105,9 +105,16 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
     stop = asyncio.Event()
     task = asyncio.create_task(
         serve(
-            app, srv.tls, host="127.0.0.1", port=0, stop=stop, shutdown_timeout=1, on_started=started.set_result,
-            health_port=0, on_health_started=health.set_result,
-        )  # fmt: skip
+            app,
+            srv.tls,
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            shutdown_timeout=1,
+            on_started=started.set_result,
+            health_port=0,
+            on_health_started=health.set_result,
+        )
     )
     srv.port = await asyncio.wait_for(started, 10)
     srv.health_port = await asyncio.wait_for(health, 10)
