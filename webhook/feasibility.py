@@ -7,8 +7,12 @@ many processes as the replica has cores:
   over all nodes, and a step limit, both enforced by the allocator itself, so the process lives
   on): a claim that fits, or that no node can hold, is usually decided there in milliseconds;
 - a check the quick lane could not finish continues in the **slow lane**, whose processes run at a
-  lower CPU priority (nice 10): heavy searches use the cores the quick lane leaves, and a light
-  review that arrives behind sixteen heavy ones waits for at most their quick-lane budgets.
+  lower CPU priority (nice 10): heavy searches use the cores the quick lane leaves.
+
+Checks wait for a quick-lane process in order of their claims' weight (devices requested,
+constraints, alternatives; then arrival), so a light review that arrives behind sixteen heavy ones
+waits for at most the quick attempts already running. Identical checks in flight at once (the
+same claim specs, cluster and options) share one search.
 
 Every check keeps its own deadline (``--feasibility-deadline``, counted from the review's start,
 queueing included): past it the answer is "cut short", never late.
@@ -16,19 +20,23 @@ queueing included): past it the answer is "cut short", never late.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from gpucluster.dra.worker import DEFAULT_DEADLINE, AllocatorWorker, Feasibility, cut_short
+import orjson
+
+from gpucluster.dra.worker import DEFAULT_DEADLINE, AllocatorWorker, Feasibility, cut_short, fingerprint
 
 log = logging.getLogger("gpucluster.webhook")
 
-DEFAULT_QUICK_BUDGET = 0.05  # seconds of search over all nodes before a check moves to the slow lane
+DEFAULT_QUICK_BUDGET = 0.02  # seconds of search over all nodes before a check moves to the slow lane
 QUICK_MAX_STEPS = 20_000  # per node: bounds the quick lane even where the per-node deadline is off
 SLOW_NICE = 10
 
@@ -63,6 +71,64 @@ def node_count(cluster: Sequence[Mapping[str, Any]]) -> int:
     return max(1, len(names))
 
 
+def weight(claims: Sequence[Mapping[str, Any]]) -> int:
+    """How much search a claim may need, roughly (pure): devices asked for, constraints, alternatives."""
+    total = 0
+    for claim in claims:
+        spec = claim.get("spec") if isinstance(claim.get("spec"), dict) else {}
+        devices = (spec or {}).get("devices")
+        devices = devices if isinstance(devices, dict) else {}
+        constraints = devices.get("constraints")
+        total += 4 * len(constraints) if isinstance(constraints, list) else 0
+        requests = devices.get("requests")
+        for request in requests if isinstance(requests, list) else []:
+            if not isinstance(request, dict):
+                continue
+            bodies = request.get("firstAvailable")
+            bodies = bodies if isinstance(bodies, list) and bodies else [request.get("exactly")]
+            total += len(bodies) - 1
+            for body in bodies:
+                if not isinstance(body, dict):
+                    continue
+                count = body.get("count", 1)
+                total += 64 if body.get("allocationMode") == "All" else count if isinstance(count, int) else 1
+    return total
+
+
+class _Gate:
+    """At most ``width`` holders; waiters enter lightest first, then in arrival order."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.busy = 0
+        self._waiting: list[tuple[int, int, threading.Event]] = []
+        self._order = itertools.count()
+        self._lock = threading.Lock()
+
+    def enter(self, weight: int, timeout: float) -> bool:
+        with self._lock:
+            if self.busy < self.width and not self._waiting:
+                self.busy += 1
+                return True
+            entry = (weight, next(self._order), threading.Event())
+            heapq.heappush(self._waiting, entry)
+        if entry[2].wait(timeout):
+            return True
+        with self._lock:
+            if entry[2].is_set():  # let in just as it gave up
+                return True
+            self._waiting.remove(entry)
+            heapq.heapify(self._waiting)
+        return False
+
+    def leave(self) -> None:
+        with self._lock:
+            if self._waiting:
+                heapq.heappop(self._waiting)[2].set()  # the slot passes on: busy stays
+            else:
+                self.busy -= 1
+
+
 class FeasibilityPool:
     """The two lanes; :meth:`check` is thread-safe and blocks (a claim review runs in a thread)."""
 
@@ -83,6 +149,10 @@ class FeasibilityPool:
             max_workers=threads, thread_name_prefix="feasibility-slow", initializer=_lower_priority
         )
         self.escalated = 0  # checks the quick lane could not finish, for tests and metrics
+        self.shared = 0  # checks answered by an identical one in flight
+        self._gate = _Gate(self.processes)
+        self._flights: dict[tuple[Any, ...], Future[Feasibility]] = {}
+        self._flights_lock = threading.Lock()
 
     def start(self) -> None:
         """Start the processes now (the slow lane's from a niced thread), so the first check does not pay for it."""
@@ -104,14 +174,45 @@ class FeasibilityPool:
     ) -> Feasibility:
         """Whether ``claims`` fit on some node, within the deadline counted from ``started`` (monotonic; now)."""
         begun = time.monotonic() if started is None else started
+        key = (orjson.dumps([c.get("spec") for c in claims], option=orjson.OPT_SORT_KEYS), fingerprint(cluster),
+               orjson.dumps(options, option=orjson.OPT_SORT_KEYS, default=str))  # fmt: skip
+        with self._flights_lock:
+            flight = self._flights.get(key)
+            mine = flight is None
+            if flight is None:
+                flight = self._flights[key] = Future()
+        if not mine:
+            self.shared += 1
+            try:
+                return flight.result(timeout=max(0.0, begun + self.deadline - time.monotonic()))
+            except TimeoutError:
+                return self._cut()
+        try:
+            result = self._check(claims, cluster, begun, **options)
+            flight.set_result(result)
+            return result
+        except BaseException as exc:
+            flight.set_exception(exc)
+            raise
+        finally:
+            with self._flights_lock:
+                self._flights.pop(key, None)
+
+    def _check(
+        self, claims: list[dict[str, Any]], cluster: Sequence[Mapping[str, Any]], begun: float, **options: Any
+    ) -> Feasibility:
         ends = begun + self.deadline
         left = ends - time.monotonic()
-        if left <= 0:
+        if left <= 0 or not self._gate.enter(weight(claims), left):
             return self._cut()
-        per_node_ms = max(0.5, self.quick_budget * 1000 / node_count(cluster))
-        first = self.quick.check(
-            claims, cluster, deadline=left, deadline_ms=per_node_ms, max_steps=QUICK_MAX_STEPS, **options
-        )
+        try:
+            per_node_ms = max(0.5, self.quick_budget * 1000 / node_count(cluster))
+            first = self.quick.check(
+                claims, cluster, deadline=max(0.01, ends - time.monotonic()), deadline_ms=per_node_ms,
+                max_steps=QUICK_MAX_STEPS, **options,
+            )  # fmt: skip
+        finally:
+            self._gate.leave()
         if not first.cut_short:
             return first
         left = ends - time.monotonic()

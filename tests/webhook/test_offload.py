@@ -189,3 +189,57 @@ async def test_the_controller_explainer_uses_the_worker_and_its_deadline() -> No
         assert found is not None and "need 9 on one node" in found[2]
     finally:
         w.close()
+
+
+def _heavy(i: int, distinct: bool) -> dict[str, Any]:
+    obj = json.loads(json.dumps(SLOW))
+    if distinct:  # another request name: another search (nothing shared), as heavy
+        obj["spec"]["devices"]["requests"][0]["name"] = f"gpu-{i}"
+    return dict(obj)
+
+
+@pytest.mark.parametrize("distinct", [True, False], ids=["distinct", "identical"])
+async def test_a_light_claim_review_is_not_delayed_by_sixteen_heavy_ones(tmp_path: Path, distinct: bool) -> None:
+    """Claim reviews in parallel: 16 infeasible searches that run into the deadline, then a light claim.
+
+    Distinct heavy claims each get their own search (the light one enters the quick lane before
+    those still waiting, and they go on in the slow lane); identical ones share one search.
+    """
+    pool = feasibility.configure(deadline=2.0)
+    escalated, shared = pool.escalated, pool.shared
+    try:
+        srv, task = await start(tmp_path, FAST, ClusterState.from_objects(slow_cluster()))
+        try:
+            ctx = srv.client_context()
+
+            async def claim_review(obj: dict[str, Any], i: int) -> tuple[float, dict[str, Any]]:
+                body = dict(obj, metadata={"name": f"c-{i}", "namespace": "ml"})
+                data = json.dumps(review(body, namespace="ml")).encode()
+                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
+                started = time.monotonic()
+                writer.write(head(len(data), keep_alive=False) + data)
+                answer = await closed_by_server(reader, 15)
+                writer.close()
+                assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+                return time.monotonic() - started, json.loads(answer.split(b"\r\n\r\n", 1)[1])["response"]
+
+            await claim_review(claim(1), 99)  # the workers have the cluster now
+            heavy = [asyncio.create_task(claim_review(_heavy(i, distinct), i)) for i in range(16)]
+            async with asyncio.timeout(5):  # all sixteen are being answered
+                while srv.app[INFLIGHT_KEY].count < 16:  # type: ignore[index]
+                    await asyncio.sleep(0.01)
+            light, answer = await claim_review(claim(1), 100)
+            assert answer["allowed"] is True and "warnings" not in answer  # a real answer: it fits
+            assert light < 1.0, light
+            done = await asyncio.gather(*heavy)
+            assert all(a["warnings"] == ["feasibility check cut short after 2s"] for _, a in done)
+            assert max(t for t, _ in done) < 2.0 + 2.0  # each within its own deadline (and the answer's way back)
+            if distinct:
+                assert pool.escalated - escalated == 16  # each heavy one went on in the slow lane
+            else:
+                assert pool.shared - shared == 15 and pool.escalated - escalated == 1
+        finally:
+            srv.stop.set()
+            await asyncio.wait_for(task, 10)
+    finally:
+        feasibility.configure(deadline=worker.DEFAULT_DEADLINE)
