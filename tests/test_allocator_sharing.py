@@ -100,8 +100,17 @@ def test_a_result_without_share_id_holds_the_device_whole() -> None:
 
 def test_gate_off_allocates_the_device_once_and_ignores_share_ids() -> None:
     claims = [claim(memory_request(amount="1Gi"), name="a"), claim(memory_request(amount="1Gi"), name="b")]
+    # 1.35's defaults run upstream's incubating allocator, which has no consumable-capacity code:
+    # the capacity requests are not read, and the device serves one claim.
     off = explain(claims, cluster(shared_gpu("g0")), kubernetes_version="1.35", feature_gates={})
-    assert off.errors == [
+    assert not off.errors and not off.satisfiable
+    assert explain(claims[:1], cluster(shared_gpu("g0")), kubernetes_version="1.35").satisfiable
+    # With binding conditions on it runs experimental, which knows capacity requests and refuses
+    # them while the gate is off.
+    experimental = explain(
+        claims, cluster(shared_gpu("g0")), kubernetes_version="1.35", feature_gates={"DRADeviceBindingConditions": True}
+    )
+    assert experimental.errors == [
         "claim default/a, request gpu: has capacity requests, but the DRAConsumableCapacity feature is disabled"
     ]
     claims = [claim(exact(), name="a"), claim(exact(), name="b")]

@@ -37,14 +37,23 @@ class AllocatorInputError(ValueError):
 class Semantics:
     """What differs between the Kubernetes releases the allocator emulates.
 
-    Each flag names the upstream behaviour (k8s.io/dynamic-resource-allocation/structured); the
-    allocator variant is the one kube-scheduler picks with the DRA features this project relies
-    on (admin access, prioritized list, device taints, partitionable devices): "incubating" in
-    1.34 and 1.35; in 1.36 DRAConsumableCapacity and DRADeviceBindingConditions are beta and on by
-    default, so the scheduler again uses "incubating", the 1.36 one.
+    Each flag names the upstream behaviour (k8s.io/dynamic-resource-allocation/structured).
+    NewAllocator runs the most stable of its three implementations ("stable", "incubating",
+    "experimental") that supports every DRA feature the scheduler enables (:func:`variant`), and
+    they differ: the order of pools, how a request walks its devices, whether capacity requests,
+    shares, distinctAttribute and binding conditions are known at all.
     """
 
     version: str
+    # The implementation NewAllocator picks for these gates (see variant()).
+    variant: str
+    # The implementation orders slices and pools with binding conditions after the others
+    # (whatever DRADeviceBindingConditions says).
+    binding_order: bool
+    # The implementation has the DRAConsumableCapacity code: with the gate off a capacity
+    # request is an error and distinctAttribute is supported. Without it capacity requests are
+    # not read at all and distinctAttribute is an "empty constraint".
+    sharing_code: bool
     # 1.35+: incomplete and invalid pools are skipped when searching ExactCount devices, and a
     # node where allocation failed while some pool was invalid reports "invalid resource pools
     # were encountered". 1.34 allocates from incomplete pools and aborts on reaching an invalid
@@ -95,13 +104,21 @@ class Semantics:
 
         enabled = g.resolve(version, feature_gates)
         minor = int(version.split(".")[1])
+        implementation = variant(version, enabled)
+        newest_code = implementation != "stable" and (minor >= 36 or implementation == "experimental")
+        # 1.36's incubating and experimental sort pools and walk combinations; 1.36's stable is
+        # 1.35's incubating code and does neither.
+        modern = minor >= 36 and implementation != "stable"
         return Semantics(
             version=version,
+            variant=implementation,
+            binding_order=newest_code,
+            sharing_code=newest_code,
             skip_unusable_pools=minor >= 35,
             pool_counters=minor >= 35,
             only_known_taint_effects=minor >= 35,
-            sorted_order=minor >= 36,
-            combinations=minor >= 36,
+            sorted_order=modern,
+            combinations=modern,
             binding_conditions=enabled[g.BINDING_CONDITIONS],
             second_all_subrequest_reuses_first=minor == 34,
             all_subrequest_goes_on_as_first=minor == 34,
@@ -114,6 +131,34 @@ class Semantics:
             list_type_attributes=enabled.get(g.LIST_TYPE_ATTRIBUTES, False),
             gates=tuple(enabled.items()),
         )
+
+
+def variant(version: str, enabled: Mapping[str, bool]) -> str:
+    """The allocator implementation kube-scheduler ``version`` runs with these gates.
+
+    NewAllocator takes the first of stable, incubating, experimental whose SupportedFeatures
+    cover the enabled features. 1.34: the scheduler always enables DeviceStatus
+    (DRAResourceClaimDeviceStatus, beta and on), which only experimental supports. 1.35: stable
+    supports nothing, incubating admin access, prioritized list, partitionable devices and
+    taints; binding conditions or consumable capacity need experimental. 1.36: stable supports
+    those four, incubating adds binding conditions and consumable capacity, experimental list
+    attributes.
+    """
+    from gpucluster.dra import gates as g
+
+    minor = int(version.split(".")[1])
+    on = {name for name, value in enabled.items() if value and name != g.FILTER_TIMEOUT}
+    basic = {g.ADMIN_ACCESS, g.PRIORITIZED_LIST, g.PARTITIONABLE_DEVICES, g.DEVICE_TAINTS}
+    sharing = {g.BINDING_CONDITIONS, g.CONSUMABLE_CAPACITY}
+    if minor <= 34:
+        return "experimental"
+    if minor == 35:
+        if not on:
+            return "stable"
+        return "incubating" if on <= basic else "experimental"
+    if on <= basic:
+        return "stable"
+    return "incubating" if on <= basic | sharing else "experimental"
 
 
 # ---------------------------------------------------------------------------------------------

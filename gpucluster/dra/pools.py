@@ -422,6 +422,10 @@ def gather_pools(
     for counters consumed by devices of other nodes).
     """
     grouped: dict[tuple[str, str], list[Slice]] = {}
+    if semantics.binding_order and not semantics.sorted_order:
+        # GatherPools adds the slices with binding conditions to their pools after the others
+        # (1.36 sorts a pool's slices by name instead).
+        candidates = sorted(candidates, key=lambda s: s.has_binding_conditions)
     for s in candidates:
         if semantics.pool_counters and s.shared_counters:
             relevant: bool | None = True  # counter sets are needed whatever node they name
@@ -432,11 +436,7 @@ def gather_pools(
         # None: no known node selection field, a future extension: ignored like upstream.
 
     if not semantics.pool_counters:
-        # 1.34's GatherPools adds the slices with binding conditions after the others and puts
-        # the pools that have them last, whether DRADeviceBindingConditions is on or not.
-        grouped = {}
-        for s in sorted((s for s in candidates if s.relevant_for(node)), key=lambda s: s.has_binding_conditions):
-            _add_slice(grouped, s)
+        # 1.34's GatherPools puts the pools with binding conditions last, whatever the gate.
         pools = [_pool_134(pid, slices) for pid, slices in grouped.items()]
         return [p for p in pools if not p.has_binding_conditions] + [p for p in pools if p.has_binding_conditions]
 
@@ -472,7 +472,7 @@ def gather_pools(
         pool = _pool_135(pid, slices, all_for_pool, semantics)
         pool.seen_slices = len(all_for_pool) if all_for_pool is not None else len(slices)
         pool.expected_slices = expected
-        if semantics.binding_conditions and pool.has_binding_conditions:
+        if semantics.binding_order and pool.has_binding_conditions:
             with_binding.append(pool)
         else:
             result.append(pool)

@@ -1457,7 +1457,7 @@ class NodeSearch:
                         "feature is disabled"
                     )
                 for spec in group.alternatives:
-                    if spec.capacity is not None and not self.sem.consumable_capacity:
+                    if spec.capacity is not None and not self.sem.consumable_capacity and self.sem.sharing_code:
                         which = f"subrequest {spec.name}" if spec.parent else f"request {spec.name}"
                         raise FatalError(
                             f"claim {claim.ref}, {which}: has capacity requests, but the DRAConsumableCapacity "
@@ -1467,6 +1467,14 @@ class NodeSearch:
                         raise FatalError(
                             f"claim {claim.ref}, request {spec.name}: admin access is requested, but the feature "
                             "is disabled"
+                        )
+            if not self.sem.sharing_code:
+                for i, constraint in enumerate(claim.constraints):
+                    if constraint.kind == "distinctAttribute":
+                        # An implementation without the DRAConsumableCapacity code knows only
+                        # matchAttribute.
+                        raise FatalError(
+                            f"claim {claim.ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
                         )
         for ci, claim in enumerate(self.ctx.claims):
             minimum = 0
