@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -24,3 +26,7 @@ func celCacheFeatures(g map[string]bool) dracel.Features {
 }
 
 func celCompilerFeatures(g map[string]bool) dracel.Features { return celCacheFeatures(g) }
+
+// nodeLocal: an error that kube-scheduler reports as this node being unschedulable, not as a
+// failure of the scheduling attempt (structured.ErrFailedAllocationOnNode).
+func nodeLocal(err error) bool { return errors.Is(err, structured.ErrFailedAllocationOnNode) }

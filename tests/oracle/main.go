@@ -77,6 +77,8 @@ type outcome struct {
 	// the scheduler). Neither: the claims do not fit on this node.
 	Satisfiable bool   `json:"satisfiable"`
 	Error       string `json:"error,omitempty"`
+	// Unschedulable: an error kube-scheduler takes as this node not fitting (not fatal).
+	Unschedulable string `json:"unschedulable,omitempty"`
 	// Panic: upstream's allocator panicked on this node (kube-scheduler would crash); no answer.
 	Panic  string        `json:"panic,omitempty"`
 	Claims []claimResult `json:"claims,omitempty"`
@@ -193,6 +195,8 @@ func runOnce(ctx context.Context, timeout time.Duration, allocator structured.Al
 	{
 		switch {
 		case na.Panic != "":
+		case err != nil && nodeLocal(err):
+			na.Unschedulable = err.Error()
 		case err != nil:
 			na.Error = err.Error()
 		case len(results) == len(claims):
