@@ -198,6 +198,19 @@ def build_schema() -> Schema:
             {
                 "enabled": _bool("Deploy the admission webhook."),
                 "port": {"type": "integer", "minimum": 1024, "maximum": 65535},
+                "healthPort": {
+                    "type": "integer",
+                    "minimum": 1024,
+                    "maximum": 65535,
+                    "description": "HTTPS port of the probes and metrics (no client certificate, no reviews).",
+                },
+                "connections": _obj(
+                    {
+                        "max": {"type": "integer", "minimum": 1},
+                        "perPeer": {"type": "integer", "minimum": 1},
+                    },
+                    "Connection caps of each replica: in total and per peer address.",
+                ),
                 "translation": _obj({"mode": {"type": "string", "enum": ["auto", "always", "audit", "off"]}}),
                 "failurePolicy": {
                     "type": "object",
@@ -213,8 +226,14 @@ def build_schema() -> Schema:
                             pattern="^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
                         ),
                         "configMap": _str("A ConfigMap in the release namespace with the CA bundle under ca.crt."),
+                        "allowedNames": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1, "pattern": "^[^,]+$"},
+                            "uniqueItems": True,
+                            "description": "Client certificate common names allowed; empty: any the CA verifies.",
+                        },
                     },
-                    "Caller authentication: reviews only from clients with a certificate from this CA.",
+                    "Caller authentication: reviews only from clients with an allowed certificate from this CA.",
                 ),
                 "networkPolicy": _obj(
                     {
@@ -222,8 +241,11 @@ def build_schema() -> Schema:
                         "from": {
                             "type": "array",
                             "items": {"type": "object"},
-                            "description": "NetworkPolicyPeers allowed to the webhook port; empty: all.",
+                            "description": "NetworkPolicyPeers allowed to the webhook port (the API server).",
                         },
+                        "apiServerEndpoints": _bool(
+                            "With from empty: admit the addresses of the default/kubernetes EndpointSlices."
+                        ),
                     }
                 ),
                 "resources": resources,

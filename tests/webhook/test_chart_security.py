@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import helm_python as helm
 import pytest
 
 from certs.authority import new_ca
@@ -44,21 +45,46 @@ def test_client_ca_bundle_is_mounted_and_required() -> None:
     assert config["data"]["ca.crt"] == ca.cert_pem.decode()
     webhook = container(docs, "webhook")
     assert "--client-ca-file=/var/run/gpucluster/client-ca/ca.crt" in webhook["args"]
+    assert "--client-allowed-names=kube-apiserver-webhook-client" in webhook["args"]
     volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "client-ca", "configMap": {"name": config["metadata"]["name"]}} in volumes
 
 
-@pytest.mark.parametrize("peers", [[], [{"ipBlock": {"cidr": "10.0.0.0/24"}}]])
-def test_network_policy_restricts_the_webhook_port_only(peers: list[dict[str, Any]]) -> None:
+def test_probes_and_the_rotator_use_the_health_port_and_the_caps_are_passed() -> None:
+    docs = objects({"webhook": {"connections": {"max": 300, "perPeer": 40}}})
+    webhook = container(docs, "webhook")
+    assert {"--health-port=9444", "--max-connections=300", "--max-connections-per-peer=40"} <= set(webhook["args"])
+    assert (
+        webhook["readinessProbe"]["httpGet"]["port"] == webhook["livenessProbe"]["httpGet"]["port"] == "webhook-health"
+    )
+    assert {"name": "webhook-health", "containerPort": 9444, "protocol": "TCP"} in webhook["ports"]
+    assert "--probe=$(POD_IP):9444" in container(docs, "certs")["args"]
+
+
+def test_client_allowed_names_can_be_listed_or_any() -> None:
+    bundle = base64.b64encode(new_ca().cert_pem).decode()
+    for names, flag in ((["a", "b"], "--client-allowed-names=a,b"), ([], "--client-allowed-names=")):
+        docs = objects({"webhook": {"clientAuth": {"caBundle": bundle, "allowedNames": names}}})
+        assert flag in container(docs, "webhook")["args"]
+
+
+def test_network_policy_admits_only_the_peers_named() -> None:
+    peers = [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
     docs = objects({"webhook": {"networkPolicy": {"enabled": True, "from": peers}}})
     policy = one(docs, "NetworkPolicy")
     webhook_rule, health_rule = policy["spec"]["ingress"]
     assert webhook_rule["ports"] == [{"port": 9443, "protocol": "TCP"}]
-    if peers:
-        assert webhook_rule["from"][0] == peers[0] and "podSelector" in webhook_rule["from"][1]
-    else:
-        assert "from" not in webhook_rule  # from anywhere
-    assert health_rule == {"ports": [{"port": 8081, "protocol": "TCP"}]}
+    assert webhook_rule["from"][0] == peers[0] and "podSelector" in webhook_rule["from"][1]
+    assert len(webhook_rule["from"]) == 2
+    assert health_rule == {"ports": [{"port": 8081, "protocol": "TCP"}, {"port": 9444, "protocol": "TCP"}]}
+
+
+@pytest.mark.parametrize("endpoints", [True, False])
+def test_network_policy_without_peers_is_refused_not_opened_to_all(endpoints: bool) -> None:
+    """helm template finds no default/kubernetes EndpointSlice: nothing to admit, so no policy open to all."""
+    values = {"webhook": {"networkPolicy": {"enabled": True, "from": [], "apiServerEndpoints": endpoints}}}
+    with pytest.raises(helm.HelmRenderError, match="admits only the peers you name"):
+        objects(values)
 
 
 def test_stranded_pod_deletion_is_opt_in_and_granted_only_then() -> None:
