@@ -1,4 +1,7 @@
-"""The sandbox API server's CA and serving certificate, written to its state directory."""
+"""The sandbox API server's CA and serving certificate, written to its state directory, and the
+client certificate it presents to admission webhooks (CN ``kube-apiserver-webhook-client``, from a
+CA of its own, ``webhook-client-ca.crt``), as kube-apiserver does with an AdmissionConfiguration
+``kubeConfigFile``: a webhook started with ``--client-ca-file`` set to that CA can verify it."""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from certs.authority import KeyPair, new_ca, new_serving_cert
+from certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
+
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,9 @@ class ServerPKI:
     ca_file: Path
     cert_file: Path
     key_file: Path
+    webhook_client_ca_file: Path
+    webhook_client_cert_file: Path
+    webhook_client_key_file: Path
 
     def server_context(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -54,4 +62,12 @@ def create(directory: Path, host: str) -> ServerPKI:
     cert_file.write_bytes(serving.cert_pem)
     key_file.write_bytes(serving.key_pem)
     key_file.chmod(0o600)
-    return ServerPKI(ca, serving, ca_file, cert_file, key_file)
+    client_ca = new_ca("gpucluster-sandbox-webhook-client-ca")
+    client = new_client_cert(client_ca, WEBHOOK_CLIENT_NAME)
+    client_ca_file = directory / "webhook-client-ca.crt"
+    client_cert, client_key = directory / "apiserver-webhook-client.crt", directory / "apiserver-webhook-client.key"
+    client_ca_file.write_bytes(client_ca.cert_pem)
+    client_cert.write_bytes(client.cert_pem)
+    client_key.write_bytes(client.key_pem)
+    client_key.chmod(0o600)
+    return ServerPKI(ca, serving, ca_file, cert_file, key_file, client_ca_file, client_cert, client_key)

@@ -109,6 +109,11 @@ class Sandbox:
 
     async def start(self) -> None:
         self.pki = pki.create(self.state_dir / "pki", self.host)
+        if self.webhooks is not None:
+            self.webhooks.client_certificate = (
+                str(self.pki.webhook_client_cert_file),
+                str(self.pki.webhook_client_key_file),
+            )
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

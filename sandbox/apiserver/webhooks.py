@@ -18,6 +18,8 @@ plugins run them (k8s.io/apiserver ``pkg/admission/plugin/webhook``).
   upstream); ``JSONPatch`` responses are applied, then defaults (and, for custom resources,
   pruning) are applied again and the object is validated as usual;
 * validating webhooks are called concurrently; the first failure in webhook order is returned;
+* calls present the sandbox's webhook client certificate (:mod:`sandbox.pki`) to a webhook that
+  asks for one, as kube-apiserver with a ``kubeConfigFile`` whose ``*`` user carries it;
 * calls are AdmissionReview v1 POSTs over HTTPS to ``clientConfig.url`` or to the service
   ``https://<name>.<namespace>.svc:<port><path>`` (resolved through :meth:`register_service`,
   else to a ready endpoint of the Service's EndpointSlices; verified against ``caBundle`` with
@@ -377,8 +379,9 @@ def service_endpoint(store: Any, namespace: str, name: str, port: int) -> tuple[
 
 
 @lru_cache(maxsize=64)
-def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
-    """TLS client context trusting ``caBundle`` (base64 of PEM), or the system roots without one."""
+def _ssl_context(ca_bundle: str, client: tuple[str, str] | None = None) -> ssl.SSLContext:
+    """TLS client context trusting ``caBundle`` (base64 of PEM), or the system roots without one,
+    presenting the ``client`` certificate and key files (when given) to a webhook that asks."""
     ctx = ssl.create_default_context()
     if ca_bundle:
         try:
@@ -387,6 +390,8 @@ def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
         except (binascii.Error, UnicodeDecodeError, ssl.SSLError, ValueError) as exc:
             raise ValueError(f"unable to load root certificates: {exc}") from None
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client is not None:
+        ctx.load_cert_chain(*client)
     return ctx
 
 
@@ -436,6 +441,9 @@ class WebhookAdmission:
         self._session: aiohttp.ClientSession | None = None
         self._installed = False
         self.calls = 0  # webhook HTTP calls made (for tests and benchmarks)
+        # The certificate and key files presented to every webhook (kube-apiserver's
+        # AdmissionConfiguration kubeConfigFile with a "*" user entry); None: none.
+        self.client_certificate: tuple[str, str] | None = None
 
     # ------------------------------------------------------------ wiring
 
@@ -665,7 +673,7 @@ class WebhookAdmission:
         url, host, address = self._url(hook)
         ca_bundle = str((hook.raw.get("clientConfig") or {}).get("caBundle") or "")
         try:
-            context = _ssl_context(ca_bundle)
+            context = _ssl_context(ca_bundle, self.client_certificate)
         except ValueError as exc:
             raise CallError(hook.name, f"could not get REST client: {exc}") from None
         body = json.dumps(review, separators=(",", ":")).encode()

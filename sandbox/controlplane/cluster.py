@@ -240,6 +240,8 @@ class ControlPlane:
                 f"--client-ca-file={p('ca.crt')}", f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=" + ",".join(("NodeRestriction", *opts.admission_plugins)),
+                # Webhooks are called with a client certificate (pki.py), so client auth is tested end to end.
+                f"--admission-control-config-file={p('admission.json')}",
                 f"--service-account-issuer={ISSUER}", f"--api-audiences={ISSUER}",
                 f"--service-account-key-file={p('sa.pub')}", f"--service-account-signing-key-file={p('sa.key')}",
                 "--allow-privileged=true", "--profiling=false",

@@ -3,11 +3,17 @@
 One CA signs kube-apiserver's serving certificate and every client certificate; kube-apiserver's
 x509 authenticator maps a certificate's common name to the user and its organizations to groups,
 so each component gets exactly the identity kubeadm would give it.
+
+kube-apiserver presents a client certificate to admission webhooks, as an AdmissionConfiguration
+(``admission.json``) with a ``kubeConfigFile`` (``webhook-client.kubeconfig``, user ``*``) tells it
+to: CN ``kube-apiserver-webhook-client``, from a CA of its own (``webhook-client-ca.crt``), not the
+cluster CA, which signs every kubelet's and user's certificate too.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,7 @@ SCHEDULER = Identity("scheduler", "system:kube-scheduler")
 # The simulated DRA driver's kubelet plugin: only the rights a DRA kubelet plugin has (its
 # ClusterRole is created at start-up), never a node's or an admin's.
 DRA_PLUGIN = Identity("dra-plugin", "gpucluster:simulated-dra-kubelet-plugin")
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
 
 
 def node_identity(node: str) -> Identity:
@@ -53,6 +60,15 @@ class ControlPlanePKI:
     @property
     def ca_file(self) -> Path:
         return self.directory / "ca.crt"
+
+    @property
+    def webhook_client_ca_file(self) -> Path:
+        """The CA of the certificate kube-apiserver presents to webhooks (for ``--client-ca-file``)."""
+        return self.directory / "webhook-client-ca.crt"
+
+    @property
+    def admission_config_file(self) -> Path:
+        return self.directory / "admission.json"
 
     def path(self, name: str) -> Path:
         return self.directory / name
@@ -132,8 +148,41 @@ def create(directory: Path) -> ControlPlanePKI:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
     }
+    webhook_ca = new_ca("gpucluster-kube-webhook-client-ca")
+    webhook_client = new_client_cert(webhook_ca, WEBHOOK_CLIENT_NAME)
+    files["webhook-client-ca.crt"] = webhook_ca.cert_pem
+    files["webhook-client.kubeconfig"] = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [
+                {
+                    "name": "*",  # every webhook, by Service or URL
+                    "user": {
+                        "client-certificate-data": _b64(webhook_client.cert_pem),
+                        "client-key-data": _b64(webhook_client.key_pem),
+                    },
+                }
+            ],
+        }
+    ).encode()
+    plugin = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(directory / "webhook-client.kubeconfig"),
+    }
+    files["admission.json"] = json.dumps(
+        {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {"name": name, "configuration": plugin}
+                for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+            ],
+        }
+    ).encode()
     for name, data in files.items():
         path = directory / name
         path.write_bytes(data)
-        path.chmod(0o600 if name.endswith(".key") else 0o644)
+        path.chmod(0o600 if name.endswith((".key", ".kubeconfig")) else 0o644)
     return ControlPlanePKI(directory, ca)

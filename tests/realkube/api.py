@@ -27,6 +27,8 @@ class Api:
     admin_token: str | None = None
     """The sandbox's admin speaks with a bearer token; the real control plane's with a client certificate."""
     admin_cert: tuple[Path, Path] | None = None
+    webhook_client_ca: Path | None = None
+    """The CA of the client certificate the API server presents to admission webhooks."""
 
     def context(self, *, admin: bool) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))

@@ -28,7 +28,10 @@ def kube() -> Iterator[ControlPlane]:
 
 def kube_client(plane: ControlPlane) -> Api:
     assert plane.pki is not None
-    return Api("kube", plane.server, plane.pki.ca_file, admin_cert=plane.admin_cert())
+    return Api(
+        "kube", plane.server, plane.pki.ca_file, admin_cert=plane.admin_cert(),
+        webhook_client_ca=plane.pki.webhook_client_ca_file,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,10 @@ def sandbox_api() -> Iterator[Api]:
     runner = SandboxThread()
     sandbox = runner.start()
     try:
-        yield Api("sandbox", sandbox.url, sandbox.pki.ca_file, admin_token=sandbox.token)
+        yield Api(
+            "sandbox", sandbox.url, sandbox.pki.ca_file, admin_token=sandbox.token,
+            webhook_client_ca=sandbox.pki.webhook_client_ca_file,
+        )  # fmt: skip
     finally:
         runner.stop()
 
