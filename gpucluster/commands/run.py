@@ -170,6 +170,35 @@ def register(subparsers: Subparsers) -> None:
         "--translation-mode", choices=["auto", "always", "audit", "off"], default="auto", help="pod translation"
     )
     parser.add_argument("--no-controller", action="store_true", help="run the webhook only")
+    auth = parser.add_mutually_exclusive_group()
+    auth.add_argument(
+        "--client-auth",
+        action="store_true",
+        help="sandbox only: the webhook requires the client certificate the sandbox API server presents",
+    )
+    auth.add_argument(
+        "--client-ca-file",
+        metavar="F",
+        help="the webhook requires a client certificate this PEM CA bundle verifies (as gpucluster webhook)",
+    )
+    parser.add_argument(
+        "--client-allowed-names",
+        metavar="NAMES",
+        default=None,
+        help="common names a client certificate may have ('' any; default as gpucluster webhook)",
+    )
+    parser.add_argument(
+        "--delete-stranded-pods",
+        action="store_true",
+        help="the controller deletes pods stranded untranslated (as operator.strandedPods.delete)",
+    )
+    parser.add_argument(
+        "--claim-template-grace-period",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds a claim template of translated pods outlives the last pod using it (default 600)",
+    )
     parser.add_argument(
         "--health-port", type=int, default=None,
         help="port of /healthz, /readyz, /metrics (default: a free port in the sandbox, 8081 otherwise)",
@@ -194,6 +223,11 @@ class RunOptions:
     translation_mode: str = "auto"
     controller: bool = True
     template_grace_period: float = 600.0  # claim templates of translated pods no pod refers to any more
+    delete_stranded_pods: bool = False
+    # Client authentication of the webhook: "sandbox" (the sandbox's webhook client CA) or a PEM CA
+    # bundle's path; None: off. ``client_allowed_names`` None: the webhook's default.
+    client_auth: str | None = None
+    client_allowed_names: tuple[str, ...] | None = None
     sandbox: bool | None = None  # None: decide from cluster_configured()
     health_port: int | None = None  # None: a free port in the sandbox, 8081 against a cluster
     sandbox_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -346,6 +380,7 @@ class Stack:
         app = build_app(self.cluster, settings, tls=tls)
         started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         sandboxed = self.sandbox is not None
+        self._require_client_certificates(app, tls)
 
         def on_started(bound: int) -> None:
             if not started.done():
@@ -423,6 +458,25 @@ class Stack:
             except KubeError as exc:
                 raise InputError(f"cannot register the webhook configurations: {exc}") from None
 
+    def _require_client_certificates(self, app: Any, tls: Any) -> None:
+        from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, protect
+
+        auth = self.options.client_auth
+        if auth is None:
+            return
+        if auth == "sandbox":
+            if self.sandbox is None or self.sandbox.pki is None:
+                raise InputError("--client-auth needs the sandbox (with a cluster configured, give --client-ca-file)")
+            path = Path(self.sandbox.pki.webhook_client_ca_file)
+        else:
+            path = Path(auth)
+        try:
+            ca_pem = load_ca_bundle(path)
+        except ClientAuthError as exc:
+            raise InputError(f"--client-ca-file {exc}") from None
+        names = self.options.client_allowed_names
+        protect(app, tls, ca_pem, DEFAULT_ALLOWED_NAMES if names is None else names)
+
     # ------------------------------------------------------------ controller
 
     def _start_controller(self) -> None:
@@ -440,6 +494,7 @@ class Stack:
         self.controller = Controller(
             self.kube, namespace=self.options.namespace, env=env, leader_election=False,
             template_grace_period=self.options.template_grace_period,
+            delete_stranded_pods=self.options.delete_stranded_pods,
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self.controller.run(self.stop_event)))
         self.controller_started = True
@@ -487,6 +542,8 @@ class Stack:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
+    from webhook.clientauth import parse_allowed_names
+
     if args.nodes < 0:
         raise InputError(f"--nodes {args.nodes}: must not be negative")
     if not 0 <= args.gpus_per_node <= 64:
@@ -518,11 +575,19 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         translation_mode=args.translation_mode,
         controller=not args.no_controller,
         health_port=args.health_port,
+        template_grace_period=args.claim_template_grace_period,
+        delete_stranded_pods=args.delete_stranded_pods,
+        client_auth="sandbox" if args.client_auth else args.client_ca_file,
+        client_allowed_names=(
+            None if args.client_allowed_names is None else parse_allowed_names(args.client_allowed_names)
+        ),
     )
 
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
+    if not args.claim_template_grace_period >= 0:
+        raise InputError(f"--claim-template-grace-period {args.claim_template_grace_period:g}: must be 0 or more")
     options = options_from(args)
     try:
         asyncio.run(_main(options))

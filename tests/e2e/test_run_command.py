@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpucluster.commands import run as command
+from gpucluster.commands.run import RunOptions
 from gpucluster.errors import InputError
-from tests.e2e.test_run import KUBECTL
+from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -91,3 +92,37 @@ def test_run_without_a_cluster_starts_the_sandbox(tmp_path: Path) -> None:
             proc.wait(timeout=20)
     assert proc.returncode == 0
     assert not kubeconfig.exists()
+
+
+def test_client_auth_stranded_pod_deletion_and_the_grace_period_reach_the_options() -> None:
+    args = _parse(
+        "--client-auth", "--client-allowed-names", "a,b", "--delete-stranded-pods",
+        "--claim-template-grace-period", "30",
+    )  # fmt: skip
+    options = command.options_from(args)  # type: ignore[arg-type]
+    assert options.client_auth == "sandbox" and options.client_allowed_names == ("a", "b")
+    assert options.delete_stranded_pods and options.template_grace_period == 30
+    options = command.options_from(_parse("--client-ca-file", "ca.crt"))  # type: ignore[arg-type]
+    assert options.client_auth == "ca.crt" and options.client_allowed_names is None
+    assert not options.delete_stranded_pods and options.template_grace_period == 600
+    with pytest.raises(SystemExit):  # argparse: one or the other
+        _parse("--client-auth", "--client-ca-file", "ca.crt")
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+@pytest.mark.parametrize(("names", "translated"), [(None, True), (("someone-else",), False)])
+def test_run_with_client_auth_in_the_sandbox(tmp_path: Path, names: tuple[str, ...] | None, translated: bool) -> None:
+    """The sandbox presents its webhook client certificate: translated; a webhook allowing another
+    name refuses it, and the pod (failurePolicy Ignore) is stored untranslated."""
+    options = RunOptions(
+        sandbox=True, kubeconfig_out=tmp_path / "kubeconfig", nodes=1, controller=False,
+        client_auth="sandbox", client_allowed_names=names,
+    )  # fmt: skip
+    runner = StackThread(options)
+    stack = runner.start()
+    try:
+        kubectl(stack, "create", "-f", "-", stdin=legacy_pod("legacy", 1))
+        pod = get_json(stack, "pod", "legacy")
+        assert bool(pod["spec"].get("resourceClaims")) is translated, pod["spec"]
+    finally:
+        runner.stop()

@@ -44,6 +44,7 @@ def sandbox_api() -> Iterator[Api]:
     """A plain sandbox (RBAC on, no simulated cluster)."""
     runner = SandboxThread()
     sandbox = runner.start()
+    assert sandbox.pki is not None
     try:
         yield Api(
             "sandbox", sandbox.url, sandbox.pki.ca_file, admin_token=sandbox.token,
