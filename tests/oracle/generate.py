@@ -123,8 +123,9 @@ def pick_gates(rng: random.Random, version: str) -> dict[str, bool]:
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, version: str, features: set[str]) -> None:
+    def __init__(self, rng: random.Random, version: str, features: set[str], gates: dict[str, bool]) -> None:
         self.rng = rng
+        self.gates = gates
         self.minor = int(version.split(".")[1])
         self.features = features
         self.device_names: list[tuple[str, str, str, Obj]] = []  # (driver, pool, device, device object)
@@ -331,10 +332,11 @@ def _gpu_selectors(b: _Builder) -> list[str]:
         f'"{PCIE}" in device.attributes && device.attributes["{PCIE}"].pcieRoot == "pci-1"',
         f'{d}.model in ["a100", "h100"] || {d}.index == 0',
     ]
-    if b.minor >= 36 and "lists" in b.features:
+    if b.minor >= 36 and "lists" in b.features and b.gates.get(G.LIST_TYPE_ATTRIBUTES):
+        # `includes` is declared only with the gate on (the API server refuses it otherwise)
         exprs.append(f"has({d}.tags) && {d}.tags.includes({b.rng.choice(('1', '2', chr(34) + 'x' + chr(34)))})")
-    if "consumable" in b.features:
-        exprs.append("device.allowMultipleAllocations")  # a compile error with the gate off
+    if "consumable" in b.features and b.gates.get(G.CONSUMABLE_CAPACITY):
+        exprs.append("device.allowMultipleAllocations")  # declared only with the gate on
     return exprs
 
 
@@ -455,8 +457,8 @@ def generate(seed: int, version: str) -> Case:
     rng = random.Random(f"{seed}/{version}")
     features = sorted(rng.sample(FEATURES, rng.randint(1, 4)))
     feats = set(features)
-    b = _Builder(rng, version, feats)
     case = Case(seed=seed, version=version, gates=pick_gates(rng, version), features=features)
+    b = _Builder(rng, version, feats, case.gates)
     case.classes = [
         _class("gpu", GPU),
         _class("gpu-big", GPU, f'device.capacity["{GPU}"].memory.compareTo(quantity("40Gi")) >= 0'),

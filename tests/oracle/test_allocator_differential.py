@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.oracle.client import Oracle
 from tests.oracle.differential import describe, differences, minimise, ours, panicked, theirs
 from tests.oracle.generate import FEATURES, generate
 
-CASES = int(os.environ.get("GPUCLUSTER_ORACLE_CASES", "2500"))
+CASES = int(os.environ.get("GPUCLUSTER_ORACLE_CASES", "5000"))
 FIRST_SEED = int(os.environ.get("GPUCLUSTER_ORACLE_SEED", "0"))
 
 
@@ -48,6 +49,8 @@ def test_allocator_agrees_with_upstream(version: str, oracles: dict[str, Oracle]
             first = node["outcomes"][0]
             outcomes["error" if first["error"] else "fits" if first["satisfiable"] else "no fit"] += 1
         found = differences(case, ours(case), upstream)
+        if found and _known_bug(case):
+            continue  # see test_known_upstream_bugs_are_not_emulated
         if found:
             failing.append((case, found))
     # The generator reaches every outcome and feature, or agreement would mean little.
@@ -59,3 +62,40 @@ def test_allocator_agrees_with_upstream(version: str, oracles: dict[str, Oracle]
             f"{len(failing)} of {CASES} cases disagree with upstream at {version} "
             f"(first seeds {[c.seed for c, _ in failing[:10]]}); minimised:\n" + "\n\n".join(shown)
         )
+
+
+def _known_bug(case: Any) -> str:
+    """Which known upstream bug (not emulated) may decide this case, or "".
+
+    - DRAConsumableCapacity: allocateDevice checks a request's capacity against the device at
+      the request's device index in the chosen device's slice (``CmpRequestOverCapacity(...,
+      r.deviceIndex)``), not against the chosen device, and panics where that index is past
+      the slice's end (1.34 only).
+    - DRAPartitionableDevices (1.34 and 1.35; fixed in 1.36 by countersReserved): allocateDevice takes a device's counters before it checks taints
+      and constraints, and does not give them back when one of those refuses the device, so
+      the counters stay consumed for the rest of the search.
+    """
+    if case.version not in ("1.34", "1.35"):
+        return ""
+    if case.version == "1.34" and case.gates.get("DRAConsumableCapacity"):
+        return "capacity"
+    leaky = {"taints", "constraints"} & set(case.features)
+    if case.gates.get("DRAPartitionableDevices") and "counters" in case.features and leaky:
+        return "counters"
+    return ""
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+@pytest.mark.xfail(strict=True, reason="upstream's capacity (1.34) and counter (1.34, 1.35) bugs are not emulated")
+def test_known_upstream_bugs_are_not_emulated(version: str, oracles: dict[str, Oracle]) -> None:
+    oracle = oracles[version]
+    failing: dict[str, list[int]] = {}
+    for seed in range(FIRST_SEED, FIRST_SEED + CASES):
+        case = generate(seed, version)
+        bug = _known_bug(case)
+        if not bug:
+            continue
+        upstream = theirs(oracle.ask(case.oracle_request()))
+        if differences(case, ours(case), upstream):
+            failing.setdefault(bug, []).append(case.seed)
+    assert not failing, {bug: f"{len(seeds)} cases (seeds {seeds[:10]})" for bug, seeds in failing.items()}
