@@ -428,7 +428,9 @@ def gather_pools(
         candidates = sorted(candidates, key=lambda s: s.has_binding_conditions)
     for s in candidates:
         if semantics.pool_counters and s.shared_counters:
-            relevant: bool | None = True  # counter sets are needed whatever node they name
+            # Counter sets are needed whatever node they name; with DRAPartitionableDevices off
+            # their slice is skipped, though it still counts towards its pool being complete.
+            relevant: bool | None = semantics.partitionable_devices
         else:
             relevant = s.relevant_for(node)
         if relevant:
