@@ -175,3 +175,28 @@ def test_unusable_bundles_are_refused(tmp_path: Path) -> None:
     for name in ("empty.pem", "junk.pem", "missing.pem"):
         with pytest.raises(ClientAuthError):
             load_ca_bundle(tmp_path / name)
+
+
+def test_webhook_flags_for_client_auth_and_connections_are_checked(tmp_path: Path) -> None:
+    import argparse
+
+    from gpucluster.commands import webhook as command
+    from gpucluster.errors import InputError
+
+    def run(*argv: str) -> None:
+        parser = argparse.ArgumentParser(prog="gpucluster")
+        command.register(parser.add_subparsers(dest="command", required=True))
+        command.run(parser.parse_args(["webhook", "--self-signed", "--cluster", str(cluster), *argv]))
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    (tmp_path / "ca.crt").write_bytes(new_ca().cert_pem)
+    with pytest.raises(InputError, match="--client-ca-file needs --health-port: kubelet probes present no client"):
+        run("--client-ca-file", str(tmp_path / "ca.crt"))
+    with pytest.raises(InputError, match="--health-port 9443: must be between 1 and 65535 and not --port"):
+        run("--health-port", "9443")
+    with pytest.raises(InputError, match="--max-connections-per-peer 0: must be at least 1"):
+        run("--max-connections-per-peer", "0")
+    with pytest.raises(InputError, match="--feasibility-processes 0: must be at least 1"):
+        run("--feasibility-processes", "0")
+    assert parse_allowed_names(" a, b ,,a") == ("a", "b") and parse_allowed_names("") == ()
