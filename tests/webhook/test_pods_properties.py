@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from gpucluster.policy import Settings
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from webhook.admission import admit
-from webhook.review import decode_patch
+from webhook.review import ReviewDecodeError, decode_patch
 
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
 CLUSTER = ClusterState.from_objects([])
@@ -101,8 +102,12 @@ def test_no_decodable_review_makes_the_webhook_fail(junk: Any, where: str) -> No
         obj["spec"]["containers"] = junk
     else:
         obj[where] = junk
-    out = admit(
-        json.dumps(review(obj, kind="Pod", namespace="ml")), path="mutate", cluster=CLUSTER, settings=Settings()
-    )
+    body = json.dumps(review(obj, kind="Pod", namespace="ml"))
+    if where == "metadata" and not isinstance(junk, dict | None):
+        # Not an object the API server could have sent: refused at decode (HTTP 400), never a rule error.
+        with pytest.raises(ReviewDecodeError, match=r"request\.object\.metadata must be an object"):
+            admit(body, path="mutate", cluster=CLUSTER, settings=Settings())
+        return
+    out = admit(body, path="mutate", cluster=CLUSTER, settings=Settings())
     assert out.verdict.outcome != "error", out.verdict.warnings
     assert out.response["response"]["uid"] == out.request.uid
