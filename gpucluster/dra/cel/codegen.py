@@ -545,6 +545,10 @@ class Generator:
 
     def _call_in(self, node: ast.Call, env: dict[str, str]) -> str | None:
         elem, container = node.args
+        if isinstance(container, ast.ListLit) and not container.elements:
+            # cel-go plans `x in []` as a constant false: x is never evaluated, so an error in it
+            # does not surface.
+            return "False"
         if isinstance(elem, ast.Const) and type(elem.value) is str:
             fast = self._device_value(container, elem.value, env, test=True)
             if fast is not None:

@@ -493,6 +493,9 @@ class _Coster:
                 return 1, None
             return None
         if target is None:
+            if name in ("quantity", "isQuantity", "semver", "isSemver") and args:
+                # Parsing traverses the string: ceil(0.1 * its size), 0 for "".
+                return _factor(self.sz(args[0])[1], STRING_TRAVERSAL), None
             return None
         if name in ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf"):
             t = self.sz(target)
