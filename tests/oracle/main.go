@@ -45,6 +45,8 @@ type request struct {
 	Expression string              `json:"expression"`
 	Driver     string              `json:"driver"`
 	Device     *resourceapi.Device `json:"device"`
+	// celbench: the devices to evaluate over
+	Devices []resourceapi.Device `json:"devices"`
 	// NewExpressions compiles as for a create (the stricter environment), else as stored.
 	NewExpressions bool `json:"newExpressions"`
 }
@@ -98,6 +100,8 @@ type answer struct {
 	CostLimit        uint64  `json:"costLimit,omitempty"`
 	// version
 	Versions map[string]string `json:"versions,omitempty"`
+	// bench, celbench
+	Bench *benchResult `json:"bench,omitempty"`
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -282,10 +286,14 @@ func main() {
 				out = allocate(&req)
 			case "cel":
 				out = celCase(&req)
+			case "bench":
+				out = benchAllocate(&req)
+			case "celbench":
+				out = benchCEL(&req)
 			case "version":
 				out = answer{ID: req.ID, Versions: moduleVersions()}
 			default:
-				out = answer{ID: req.ID, Error: fmt.Sprintf("unknown kind %q (allocate, cel, version)", req.Kind)}
+				out = answer{ID: req.ID, Error: fmt.Sprintf("unknown kind %q (allocate, cel, bench, celbench, version)", req.Kind)}
 			}
 		}
 		if err := enc.Encode(out); err != nil {
