@@ -53,7 +53,6 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from webhook.admission import Path, admit_request
 from webhook.connections import ConnectionTable, Slot
-from webhook.feasibility import shared_pool
 from webhook.metrics import WebhookMetrics
 from webhook.review import ReviewDecodeError, decode_review
 from webhook.tls import ReloadingTLS
@@ -571,8 +570,9 @@ async def serve(
         log.info("webhook health and metrics serving host=%s port=%d", host, health.bound_port)
         if on_health_started is not None:
             on_health_started(health.bound_port)
-    # Start the allocator workers now, not on the first claim review (off the loop: they fork).
-    warm = asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], shared_pool().start)
+    # The allocator workers start on first use (each claim check starts the one it needs): a
+    # replica that never reviews a claim holds no copies of the cluster, and only as many as the
+    # reviews in flight at once need.
     if on_started is not None:
         on_started(bound)
     stop = stop or asyncio.Event()
@@ -593,6 +593,4 @@ async def serve(
         if not await inflight.wait_idle(shutdown_timeout):
             log.warning("shutdown timeout reached with %d reviews in flight", inflight.count)
         watcher.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(warm, 5)
         await runner.cleanup()

@@ -148,8 +148,10 @@ class AllocatorWorker:
     def __init__(self, *, deadline: float = DEFAULT_DEADLINE, processes: int = 1) -> None:
         self.deadline = deadline
         self._slots = [_Slot() for _ in range(max(1, processes))]
-        self._idle: queue.Queue[_Slot] = queue.Queue()
-        for slot in self._slots:
+        # Last in, first out: the worker used last (started, its cluster loaded) is taken first, so
+        # workers start only when that many checks run at once, not one per check in turn.
+        self._idle: queue.LifoQueue[_Slot] = queue.LifoQueue()
+        for slot in reversed(self._slots):
             self._idle.put(slot)
         self.cut_short = 0  # checks abandoned at the deadline, for metrics
         self._lock = threading.Lock()
