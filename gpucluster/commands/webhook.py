@@ -141,7 +141,9 @@ def register(subparsers: Subparsers) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="allocator processes per lane for claim reviews (default: the cores this process may use)",
+        help="allocator processes per lane (two lanes) for claim reviews, each started on first use "
+        "(default: the CPUs the container may use, its affinity mask and CFS quota, "
+        f"at most {feasibility.MAX_DEFAULT_PROCESSES})",
     )
     server.add_argument(
         "--feasibility-deadline",
@@ -285,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout, max_connections=args.max_connections,
         max_connections_per_peer=args.max_connections_per_peer, first_byte_timeout=args.first_byte_timeout,
     )  # fmt: skip
-    feasibility.configure(deadline=args.feasibility_deadline, processes=args.feasibility_processes)
+    pool = feasibility.configure(deadline=args.feasibility_deadline, processes=args.feasibility_processes)
+    log.info("claim feasibility lanes processes=%d each, started on first use", pool.processes)
     _raise_open_files_limit()
     tls.reload_if_changed()
     if not tls.loaded:
