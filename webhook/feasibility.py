@@ -42,9 +42,9 @@ DEFAULT_QUICK_BUDGET = 0.02  # seconds of search over all nodes before a check m
 QUICK_MAX_STEPS = 20_000  # per node: bounds the quick lane even where the per-node deadline is off
 SLOW_NICE = 10
 # Processes per lane by default, whatever the CPUs: each worker holds its own copy of the cluster's
-# slices, classes and nodes (measured with 8-GPU nodes: 33 MiB + 0.05 MiB per node; the webhook
-# process itself 80 MiB + 0.09 MiB per node at its peak), so the chart's memory limit must cover
-# parent + 2 lanes x MAX_DEFAULT_PROCESSES x worker (charts/gpucluster/values.yaml).
+# slices, classes and nodes (measured with 8-GPU nodes: 33 MiB + 0.05 MiB per node, 82 MiB at
+# 1,000 nodes; the webhook process itself peaks at about 220 MiB + 0.06 MiB per node), so the
+# chart's memory limit must cover parent + 2 lanes x this x worker (charts/gpucluster/values.yaml).
 MAX_DEFAULT_PROCESSES = 2
 CPU_MAX = "/sys/fs/cgroup/cpu.max"  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
 CFS_QUOTA = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us")  # cgroup v1
