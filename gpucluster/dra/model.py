@@ -54,6 +54,13 @@ class Semantics:
     # request is an error and distinctAttribute is supported. Without it capacity requests are
     # not read at all and distinctAttribute is an "empty constraint".
     sharing_code: bool
+    # 1.34: distinctAttribute compares the attribute values' pointers, so only the same device
+    # (a shared one chosen again) counts as a duplicate. 1.35 compares the values.
+    distinct_by_identity: bool
+    # 1.34 and 1.35: allocateDevice takes a device's counters before it checks taints and
+    # constraints and keeps them when one of those refuses the device (until the node's search
+    # ends). 1.36 gives them back (countersReserved).
+    counters_leak: bool
     # 1.35+: incomplete and invalid pools are skipped when searching ExactCount devices, and a
     # node where allocation failed while some pool was invalid reports "invalid resource pools
     # were encountered". 1.34 allocates from incomplete pools and aborts on reaching an invalid
@@ -78,7 +85,7 @@ class Semantics:
     # 1.34: when the first two subrequests of a firstAvailable list both ask for All devices, the
     # second one gets the devices the first one's class and selectors match (upstream checks the
     # second subrequest under the first one's key of its device-match cache); its own class and
-    # selectors are never evaluated. Fixed in 1.35.
+    # selectors are never evaluated. Fixed in 1.36.
     second_all_subrequest_reuses_first: bool
     # 1.34: an All subrequest after the first, once it has its first device, goes on as the first
     # subrequest of its list from the second device on (upstream's recursion for the next device
@@ -114,13 +121,15 @@ class Semantics:
             variant=implementation,
             binding_order=newest_code,
             sharing_code=newest_code,
+            counters_leak=minor <= 35,
+            distinct_by_identity=minor == 34,
             skip_unusable_pools=minor >= 35,
             pool_counters=minor >= 35,
             only_known_taint_effects=minor >= 35,
             sorted_order=modern,
             combinations=modern,
             binding_conditions=enabled[g.BINDING_CONDITIONS],
-            second_all_subrequest_reuses_first=minor == 34,
+            second_all_subrequest_reuses_first=minor <= 35,
             all_subrequest_goes_on_as_first=minor == 34,
             admin_access=enabled[g.ADMIN_ACCESS],
             prioritized_list=enabled[g.PRIORITIZED_LIST],

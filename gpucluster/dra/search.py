@@ -290,10 +290,11 @@ class _Constraint:
         self.spec = spec
         self.label = f"constraint {spec.kind} {spec.attribute}"
 
-    def add(self, device: Device) -> str:
+    def add(self, device: Device, request: int) -> str:
+        """Add the device chosen for the claim's request ``request`` (its index), or say why not."""
         raise NotImplementedError
 
-    def remove(self, device: Device) -> None:
+    def remove(self, device: Device, request: int) -> None:
         raise NotImplementedError
 
 
@@ -307,7 +308,7 @@ class _MatchAttribute(_Constraint):
         self.count = 0
         self.value: tuple[str, Any] | None = None
 
-    def add(self, device: Device) -> str:
+    def add(self, device: Device, request: int) -> str:
         value = value_of(device, self.spec.attribute)
         if value is _MISSING:
             return f"{self.label} (attribute not set)"
@@ -318,34 +319,41 @@ class _MatchAttribute(_Constraint):
         self.count += 1
         return ""
 
-    def remove(self, device: Device) -> None:
+    def remove(self, device: Device, request: int) -> None:
         self.count -= 1
 
 
 class _DistinctAttribute(_Constraint):
-    """All devices have different values (``distinctAttributeConstraint``)."""
+    """``distinctAttributeConstraint`` as upstream has it (1.34 to 1.37): it remembers one value
+    per request, the last device's, so a device is refused only when its value equals the
+    remembered value of some request; a request's earlier devices are forgotten as the next one
+    is added, and removing any device of a request forgets the request's value."""
 
-    __slots__ = ("values",)
+    __slots__ = ("by_identity", "count", "values")
 
-    def __init__(self, spec: ConstraintSpec) -> None:
+    def __init__(self, spec: ConstraintSpec, by_identity: bool = False) -> None:
         super().__init__(spec)
-        self.values: dict[tuple[str, Any], int] = {}
+        self.values: dict[int, Any] = {}
+        self.count = 0
+        # Semantics.distinct_by_identity (1.34): the remembered "value" is the device itself.
+        self.by_identity = by_identity
 
-    def add(self, device: Device) -> str:
+    def add(self, device: Device, request: int) -> str:
         value = value_of(device, self.spec.attribute)
         if value is _MISSING:
             return f"{self.label} (attribute not set)"
         if value is None:
             return f"{self.label} (unknown attribute type)"
-        if self.values.get(value):
+        remembered = device.key if self.by_identity else value
+        if self.count and remembered in self.values.values():
             return f"{self.label} ({_show(value)} already chosen)"
-        self.values[value] = self.values.get(value, 0) + 1
+        self.values[request] = remembered
+        self.count += 1
         return ""
 
-    def remove(self, device: Device) -> None:
-        value = value_of(device, self.spec.attribute)
-        if value is not None and value is not _MISSING:
-            self.values[value] -= 1
+    def remove(self, device: Device, request: int) -> None:
+        self.values.pop(request, None)
+        self.count -= 1
 
 
 class _SetConstraint(_Constraint):
@@ -358,7 +366,7 @@ class _SetConstraint(_Constraint):
         super().__init__(spec)
         self.chosen: list[AttributeSet] = []
 
-    def add(self, device: Device) -> str:
+    def add(self, device: Device, request: int) -> str:
         found = set_of(device, self.spec.attribute)
         if found is _MISSING:
             return f"{self.label} (attribute not set)"
@@ -374,7 +382,7 @@ class _SetConstraint(_Constraint):
         """What to remember for this device, or why it cannot be added."""
         raise NotImplementedError
 
-    def remove(self, device: Device) -> None:
+    def remove(self, device: Device, request: int) -> None:
         self.chosen.pop()
 
 
@@ -430,24 +438,6 @@ class _Entry:
 
 
 @dataclass(slots=True, eq=False)
-class _DistinctIndex:
-    """What a distinctAttribute constraint leaves a request, for pruning.
-
-    ``counts[i]``: the values still possible for the rest of the claim when this request goes on
-    at entry ``i``: those of its usable entries at index >= i, and those usable by the later
-    requests of the claim the constraint also binds (only when the search cannot meet a CEL
-    error or the results limit there, so skipping them changes nothing). ``later_need``: how
-    many devices those later requests take at least. ``last``: the last usable index of each
-    value for this request; ``later``: the later requests' values.
-    """
-
-    counts: list[int]
-    last: dict[tuple[str, Any], int]
-    later: frozenset[tuple[str, Any]]
-    later_need: int
-
-
-@dataclass(slots=True, eq=False)
 class _Rest:
     """A request and the later ones of the pod, for the capacity bound: ``later_need`` devices
     after this request (``own_later`` of them in its claim), and per usable entry (for any of
@@ -485,8 +475,6 @@ class _Req:
     by_value: dict[int, dict[tuple[str, Any], list[int]]] = field(default_factory=dict)
     value_at: dict[int, list[tuple[str, Any] | None]] = field(default_factory=dict)  # same keys, per entry
     cel_failures: list[int] = field(default_factory=list)
-    # Per distinctAttribute constraint (index into ``constraints``), see _index_distinct.
-    distinct: dict[int, _DistinctIndex] = field(default_factory=dict)
     # Usable entries that consume shared counters: index -> (counter scope, amount per counter).
     consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]] = field(default_factory=dict)
 
@@ -520,6 +508,24 @@ class NodeSearch:
         else:
             self.shared = [False] * len(entries)
         self.any_shared = True in self.shared
+        # Upstream's counter leak (Semantics.counters_leak) makes the search's result depend on
+        # every device it visits, in its order: then the search is upstream's plain depth-first
+        # one, without the pruning that skips visits, and a device refused by a taint or a
+        # constraint after its counters were taken keeps them.
+        consumers = [e.device for e in entries if e.device is not None and e.device.consumes]
+        self.leaky = (
+            self.sem.counters_leak
+            and self.sem.partitionable_devices
+            and bool(consumers)
+            and (
+                any(c.constraints for c in ctx.claims) or (self.sem.device_taints and any(d.taints for d in consumers))
+            )
+        )
+        self.leak_on_visit: set[tuple[int, int]] = set()  # (request uid, entry index)
+        # Where the order of a request's devices can change the answer (upstream's
+        # distinctAttribute remembers the last value per request; leaked counters), 1.34 and
+        # 1.35 are searched as upstream does: every ordered selection, not only combinations.
+        self.permute = False
         self.reqs: list[_Req] = []
         self.rests: dict[int, _Rest | None] = {}  # request uid -> see _rest
         self.class_results: dict[tuple[str, Device], StaticResult] = {}  # see _selectors
@@ -565,7 +571,9 @@ class NodeSearch:
             e.device is not None and _needs_sets(e.device, spec.attribute) for e in self.entries
         ):
             return _MatchAttributeSet(spec) if spec.kind == "matchAttribute" else _DistinctAttributeSet(spec)
-        return _MatchAttribute(spec) if spec.kind == "matchAttribute" else _DistinctAttribute(spec)
+        if spec.kind == "matchAttribute":
+            return _MatchAttribute(spec)
+        return _DistinctAttribute(spec, by_identity=self.sem.distinct_by_identity)
 
     def _build_requests(self) -> None:
         for ci, claim in enumerate(self.ctx.claims):
@@ -596,7 +604,7 @@ class NodeSearch:
                     first, second = alternatives[0], alternatives[1]
                     second.matched_as = first
                     self.notes.append(
-                        f"request {second.spec.full_name}: Kubernetes 1.34 gives it the devices the class and "
+                        f"request {second.spec.full_name}: Kubernetes {self.sem.version} gives it the devices the class and "
                         f"selectors of {first.spec.full_name} match (both ask for all devices), its own are not "
                         "evaluated"
                     )
@@ -790,11 +798,18 @@ class NodeSearch:
             return f"in use by {in_use[d.key]}"
         if not d.plain:
             reason = self._counters_alone(entry) if d.consumes and not self._counters_taken(entry) else ""
-            reason = reason or self._taint_reason(req, d)
             if reason:
                 return reason
+            reason = self._taint_reason(req, d)
+            if reason:
+                if self.leaky and d.consumes:
+                    self.leak_on_visit.add((req.uid, entry.index))
+                return reason
         if req.constraints:
-            return self._constraint_reason(req, d) or None
+            reason = self._constraint_reason(req, d)
+            if reason and self.leaky and d.consumes:
+                self.leak_on_visit.add((req.uid, entry.index))
+            return reason or None
         return None
 
     # -- counters ------------------------------------------------------------------------------
@@ -919,16 +934,16 @@ class NodeSearch:
         if must and d.taints:
             reason = self._taint_reason(req, d)
             if reason:
-                if counters:
+                if counters and not self.leaky:
                     self._release_counters(entry)
                 return False
         constraints = req.constraints
         for i, c in enumerate(constraints):
-            reason = c.add(d)
+            reason = c.add(d, req.request_index)
             if reason:
                 for prev in constraints[:i]:
-                    prev.remove(d)
-                if counters:
+                    prev.remove(d, req.request_index)
+                if counters and not self.leaky:
                     self._release_counters(entry)
                 if must:
                     claim = self.ctx.claims[ci]
@@ -943,7 +958,7 @@ class NodeSearch:
             taken, reason = self._take_capacity(req, entry)
             if taken is None:
                 for c in constraints:
-                    c.remove(d)
+                    c.remove(d, req.request_index)
                 if counters:
                     self._release_counters(entry)
                 self._note(req, entry, reason)
@@ -963,7 +978,7 @@ class NodeSearch:
         d = entry.device
         assert d is not None
         for c in req.constraints:
-            c.remove(d)
+            c.remove(d, req.request_index)
         taken = self.results[req.claim_index].pop()[2]
         if taken is not None:
             self._release_capacity(entry, taken)
@@ -1018,7 +1033,7 @@ class NodeSearch:
             return self._allocate_one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + req.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
             raise _MaxSizeExceeded
-        if self.any_shared and di == 0 and not all_mode and self._slots_short(ci, ri, req, di):
+        if self.any_shared and di == 0 and not all_mode and not self.leaky and self._slots_short(ci, ri, req, di):
             return False  # checked as each request starts: where several requests multiply the work
 
         if all_mode:
@@ -1054,17 +1069,7 @@ class NodeSearch:
                     fixed.append(positions.get(c.value, []) if c.value is not None else [])
                 else:
                     unfixed.append(k)
-        # distinctAttribute: the values left must cover what the claim still needs, less the
-        # values taken (each taken value: its last index here, or -> always counted if later).
-        distinct: list[tuple[int, list[int], list[int], int]] = []
-        if req.distinct:
-            for k, index_k in req.distinct.items():
-                c = req.constraints[k]
-                assert isinstance(c, _DistinctAttribute)
-                last, later = index_k.last, index_k.later
-                taken = [len(entries) if v in later else last.get(v, -1) for v, n in c.values.items() if n]
-                distinct.append((k, index_k.counts, taken, need + index_k.later_need))
-        if req.consumption and need > 1 and start < len(entries):
+        if req.consumption and need > 1 and start < len(entries) and not self.leaky:
             why = self._counters_short(req, start, need)
             if why:
                 self._pruned(ci, req, start)
@@ -1073,18 +1078,11 @@ class NodeSearch:
                         self._note(req, entries[i], why)
                 return False
         for index in range(start, len(entries)):
-            short = usable[index] < need
-            if fixed and not short:
+            short = usable[index] < need and not self.leaky
+            if fixed and not short and not self.leaky:
                 for p in fixed:
                     if len(p) - bisect_left(p, index) < need:
                         short = True
-                        break
-            if distinct and not short:
-                for k, counts, taken, total in distinct:
-                    left = counts[index] - sum(1 for t in taken if t >= index)
-                    if left < total:
-                        short = True
-                        self._note_distinct(req, k, index, left, total)
                         break
             if short:
                 self._pruned(ci, req, index)
@@ -1105,8 +1103,10 @@ class NodeSearch:
             if result is not None:
                 if type(result) is CelFailure:
                     raise FatalError(result.message)
+                if self.leaky and (req.uid, index) in self.leak_on_visit and not shared[index]:
+                    self._take_counters(entry)  # upstream keeps them when the refusal comes later
                 continue
-            if unfixed and need > 1:
+            if unfixed and need > 1 and not self.leaky:
                 why = self._too_few_share(req, index, need, unfixed)
                 if why:
                     self._note(req, entry, why)
@@ -1127,7 +1127,8 @@ class NodeSearch:
                 # 1.34 and 1.35 try every device again for the next one of the request, so a
                 # shared device may serve it too; 1.36 goes on after the device just chosen.
                 again = shared[index] and not self.sem.combinations
-                done = self._allocate_one(ci, ri, si, di + 1, in_sub, index if again else index + 1)
+                after = 0 if self.permute else index if again else index + 1
+                done = self._allocate_one(ci, ri, si, di + 1, in_sub, after)
             except BaseException:
                 self._deallocate(req, entry)
                 raise
@@ -1321,24 +1322,6 @@ class NodeSearch:
                 return f"counters of {_scope_label(lefts)}: {m} more device(s) from here on do not fit in what is left"
         return ""
 
-    def _note_distinct(self, req: _Req, k: int, index: int, left: int, need: int) -> None:
-        """Explain the devices a distinctAttribute count rules out (the search does not try them)."""
-        c = req.constraints[k]
-        assert isinstance(c, _DistinctAttribute)
-        for i in range(index, len(self.entries)):
-            entry = self.entries[i]
-            if req.static[i] is not None or entry.device is None:
-                continue
-            value = value_of(entry.device, c.spec.attribute)
-            if c.values.get(value):
-                self._note(req, entry, f"{c.label} ({_show(value)} already chosen)")
-            else:
-                self._note(
-                    req,
-                    entry,
-                    f"{c.label} (only {left} value(s) not chosen yet are left for the {need} device(s) still needed)",
-                )
-
     def _note_mismatches(self, req: _Req, index: int) -> None:
         """Explain the devices a fixed matchAttribute value rules out (the search does not try them)."""
         for c in req.constraints:
@@ -1493,58 +1476,6 @@ class NodeSearch:
                     f"claim {claim.ref}: number of requested devices {minimum} exceeds the claim limit "
                     f"of {ALLOCATION_RESULTS_MAX_SIZE}"
                 )
-        for ci in range(len(self.ctx.claims)):
-            self._index_distinct(ci)
-
-    def _index_distinct(self, ci: int) -> None:
-        """The :class:`_DistinctIndex` of every ExactCount request of claim ``ci``."""
-        groups = self.groups[ci]
-        if not any(isinstance(c, _DistinctAttribute) for c in self.constraints[ci]):
-            return
-        entries = self.entries
-
-        def values(req: _Req, attribute: str) -> dict[tuple[str, Any], int]:
-            last: dict[tuple[str, Any], int] = {}
-            for i, r in enumerate(req.static):
-                d = entries[i].device
-                if r is None and d is not None:
-                    value = value_of(d, attribute)
-                    if value is not None and value is not _MISSING:
-                        last[value] = i
-            return last
-
-        # The later requests count only where the search below this request, skipped when the
-        # bound fails, could not have ended otherwise than "no": never at the results limit,
-        # never at a CEL error or an invalid pool, never at an All request (whose constraint
-        # violation is an error).
-        within_limit = sum(max(r.num_devices for r in alts) for alts in groups) <= ALLOCATION_RESULTS_MAX_SIZE
-        for ri, alternatives in enumerate(groups):
-            rest = [r for alts in groups[ri + 1 :] for r in alts]
-            plain_rest = within_limit and all(r.spec.mode != "All" and not r.cel_failures for r in rest)
-            for req in alternatives:
-                if req.spec.mode == "All":
-                    continue
-                for k, c in enumerate(req.constraints):
-                    if not isinstance(c, _DistinctAttribute):
-                        continue
-                    last = values(req, c.spec.attribute)
-                    later: set[tuple[str, Any]] = set()
-                    later_need = 0
-                    if plain_rest:
-                        for alts in groups[ri + 1 :]:
-                            if all(c in r.constraints for r in alts):
-                                later_need += min(r.num_devices for r in alts)
-                                for r in alts:
-                                    later.update(values(r, c.spec.attribute))
-                    ends = [0] * (len(entries) + 1)
-                    for value, i in last.items():
-                        if value not in later:
-                            ends[i] += 1
-                    counts = [0] * (len(entries) + 1)
-                    counts[len(entries)] = len(later)
-                    for i in range(len(entries) - 1, -1, -1):
-                        counts[i] = counts[i + 1] + ends[i]
-                    req.distinct[k] = _DistinctIndex(counts, last, frozenset(later), later_need)
 
     def _prepare_all(self, claim: ClaimSpec, req: _Req) -> None:
         for pool in self.pools:
@@ -1582,6 +1513,9 @@ class NodeSearch:
 
     def run(self) -> NodeOutcome:
         self._build_requests()
+        self.permute = not self.sem.combinations and (
+            self.leaky or any(isinstance(c, _DistinctAttribute) for cs in self.constraints for c in cs)
+        )
         fatal = ""
         gave_up = ""
         done = False
