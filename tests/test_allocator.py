@@ -503,22 +503,23 @@ def test_a_second_all_subrequest_gets_the_devices_of_the_first_in_1_34() -> None
     # kube-scheduler 1.34.4 checks the second subrequest of a firstAvailable list under the first
     # one's key of its device-match cache (found by tests/realkube/test_explain_scheduler.py): with
     # both asking for All devices, the second gets what the first's class and selectors match.
-    # 1.35 fixed it (upstream: prioritized-list-allocation-mode-all-with-selectors, 1.35 table).
+    # 1.35 still does (the oracle's v0.35.10); 1.36 fixed it (upstream:
+    # prioritized-list-allocation-mode-all-with-selectors, 1.36 table).
     cluster = [rslice("s1", "n1", "p1", dev("d1", {"generation": "v5"})), device_class()]
     subs = (
         sub("sub-0", selectors=sel(_V6), allocationMode="All"),
         sub("sub-1", selectors=sel(_V5), allocationMode="All"),
     )
     claims = [claim(first_available("req-0", *subs))]
-    old = explain(claims, cluster, kubernetes_version="1.34")
-    assert not old.satisfiable
-    assert old.nodes[0].reasons[0] == (
-        "request req-0/sub-1: Kubernetes 1.34 gives it the devices the class and selectors of req-0/sub-0 "
-        "match (both ask for all devices), its own are not evaluated"
-    )
-    assert "request req-0/sub-1: gpu.nvidia.com/p1/d1: subrequest sub-0's selector #0 false" in old.nodes[0].reasons
-    for version in ("1.35", "1.36"):
-        assert picks(explain(claims, cluster, kubernetes_version=version)) == [("req-0/sub-1", GPU, "p1", "d1")]
+    for version in ("1.34", "1.35"):
+        old = explain(claims, cluster, kubernetes_version=version)
+        assert not old.satisfiable
+        assert old.nodes[0].reasons[0] == (
+            f"request req-0/sub-1: Kubernetes {version} gives it the devices the class and selectors of req-0/sub-0 "
+            "match (both ask for all devices), its own are not evaluated"
+        )
+        assert "request req-0/sub-1: gpu.nvidia.com/p1/d1: subrequest sub-0's selector #0 false" in old.nodes[0].reasons
+    assert picks(explain(claims, cluster, kubernetes_version="1.36")) == [("req-0/sub-1", GPU, "p1", "d1")]
     # Where the first fails for another reason (here an untolerated taint), the second takes its
     # devices, though its own selector matches none of them.
     tainted = [
@@ -528,7 +529,8 @@ def test_a_second_all_subrequest_gets_the_devices_of_the_first_in_1_34() -> None
     tolerant = sub("sub-1", selectors=sel(_V5), allocationMode="All", tolerations=[{"operator": "Exists"}])
     claims = [claim(first_available("req-0", subs[0], tolerant))]
     assert picks(explain_gated(claims, tainted, kubernetes_version="1.34")) == [("req-0/sub-1", GPU, "p1", "d1")]
-    assert picks(explain_gated(claims, tainted, kubernetes_version="1.35")) == [("req-0/sub-1", GPU, "p1", "d2")]
+    assert picks(explain_gated(claims, tainted, kubernetes_version="1.35")) == [("req-0/sub-1", GPU, "p1", "d1")]
+    assert picks(explain(claims, tainted, kubernetes_version="1.36")) == [("req-0/sub-1", GPU, "p1", "d2")]
     # Only the first two: a third subrequest is checked under its own key (and fails here as the
     # next test says: after its first device it goes on as sub-0, which has no devices).
     exact_second = (subs[0], sub("sub-1", selectors=sel(_V6)), sub("sub-2", selectors=sel(_V5), allocationMode="All"))
@@ -644,23 +646,40 @@ def test_constraint_scoped_to_a_subrequest() -> None:
 
 
 def test_distinct_attribute() -> None:
+    # Upstream's distinctAttributeConstraint (the same code from 1.34 to 1.37) remembers one value
+    # per request, its last device's; 1.34 compares the values' pointers, so only the same device
+    # is a duplicate there. Every answer here is the oracle's (k8s.io/dynamic-resource-allocation).
     cluster = [
         rslice("s1", "n1", "p1", dev("d1", {"nic": "a"}), dev("d2", {"nic": "a"}), dev("d3", {"nic": "b"})),
         device_class(),
     ]
     constraints = [{"distinctAttribute": f"{GPU}/nic"}]
-    result = explain([claim(exact(count=2), constraints=constraints)], cluster)
-    assert [a.device for a in result.nodes[0].allocation] == ["d1", "d3"]
-    result = explain([claim(exact(count=3), constraints=constraints)], cluster)
-    assert not result.satisfiable
-    # Two values for three devices: the search stops before trying any (pruned), and says why.
-    why = f"constraint distinctAttribute {GPU}/nic (only 2 value(s) not chosen yet are left for the 3 device(s) still needed)"
-    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/d{i}", why) for i in (1, 2, 3)]
-    # The claim's later requests bound by the constraint count too: 1 + 2 devices, 2 values.
-    result = explain([claim(exact("a", count=1), exact("b", count=2), constraints=constraints)], cluster)
-    assert not result.satisfiable and result.nodes[0].steps == 1
-    why = f"constraint distinctAttribute {GPU}/nic (only 2 value(s) not chosen yet are left for the 3 device(s) still needed)"
-    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/d{i}", why) for i in (1, 2, 3)]
+    two = [claim(exact(count=2), constraints=constraints)]
+    three = [claim(exact(count=3), constraints=constraints)]
+    split = [claim(exact("a", count=1), exact("b", count=2), constraints=constraints)]
+    devices = lambda r: [(a.request, a.device) for a in r.nodes[0].allocation]  # noqa: E731
+    # 1.34: nothing is a duplicate of another device.
+    assert devices(explain(two, cluster)) == [("gpu", "d1"), ("gpu", "d2")]
+    assert devices(explain(three, cluster)) == [("gpu", "d1"), ("gpu", "d2"), ("gpu", "d3")]
+    assert devices(explain(split, cluster)) == [("a", "d1"), ("b", "d2"), ("b", "d3")]
+    # 1.36 compares values: d2 repeats d1's "a"; no third value, and b's second device meets a's.
+    assert devices(explain(two, cluster, kubernetes_version="1.36")) == [("gpu", "d1"), ("gpu", "d3")]
+    assert not explain(three, cluster, kubernetes_version="1.36").satisfiable
+    assert not explain(split, cluster, kubernetes_version="1.36").satisfiable
+    # Only the last device of a request is remembered: a, b, a is accepted.
+    alternating = [
+        rslice("s1", "n1", "p1", dev("d1", {"nic": "a"}), dev("d2", {"nic": "b"}), dev("d3", {"nic": "a"})),
+        device_class(),
+    ]
+    assert devices(explain(three, alternating, kubernetes_version="1.36")) == [
+        ("gpu", "d1"),
+        ("gpu", "d2"),
+        ("gpu", "d3"),
+    ]
+    # 1.35's default implementation (incubating) has no distinctAttribute at all.
+    assert explain(two, cluster, kubernetes_version="1.35").errors == [
+        "claim default/c, constraint #0: empty constraint (unsupported constraint type?)"
+    ]
 
 
 # ----------------------------------------------------------------------------- taints
@@ -818,7 +837,8 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
     assert (
         reasons[f"{GPU}/p1/half-0"] == "counter counter-set-1/memory exhausted together with the devices already chosen"
     )
-    # A taint-rejected partition must not keep its counters reserved (kubernetes#140436).
+    # A taint-rejected partition keeps its counters until the node's search ends in 1.34 and 1.35
+    # (allocateDevice takes them before the taint check); 1.36 gives them back (kubernetes#140436).
     cluster = [
         rslice(
             "s1",
@@ -830,7 +850,19 @@ def test_partitionable_counters_exhausted_by_a_combination() -> None:
         ),
         device_class(),
     ]
-    assert picks(explain_gated([claim(exact())], cluster)) == [("gpu", GPU, "p1", "clean")]
+    assert not explain_gated([claim(exact())], cluster).satisfiable
+    counters = rslice("counters", "n1", "p1", count=2, sharedCounters=[counter_set(memory="80Gi")])
+    del counters["spec"]["devices"]
+    devices = rslice(
+        "s1",
+        "n1",
+        "p1",
+        dev("tainted", consumesCounters=consumes("80Gi"), taints=[taint()]),
+        dev("clean", consumesCounters=consumes("80Gi")),
+        count=2,
+    )
+    at_136 = explain([claim(exact())], [counters, devices, device_class()], kubernetes_version="1.36")
+    assert picks(at_136) == [("gpu", GPU, "p1", "clean")]
 
 
 def test_partitionable_counters_per_pool_from_135() -> None:
@@ -1146,9 +1178,12 @@ def test_fixture_cluster_full_gpus_and_mig_devices() -> None:
 
 
 def _hard_claim(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    # A search no pruning cuts short: n devices distinct in x and in y; each x has two devices,
-    # the first n-3 with two y values of their own, the last 3 sharing y0 and y1 (pigeonhole).
-    # Every choice for the first n-3 is tried before the last three fail: 2^(n-3) sets.
+    # A search no pruning cuts short at 1.36 (1.34's distinctAttribute refuses nothing): n
+    # requests of one device each, distinct in x and in y
+    # (upstream's distinctAttribute remembers one value per request, so it is a pairwise
+    # constraint across requests); each x has two devices, the first n-3 with two y values of
+    # their own, the last 3 sharing y0 and y1 (pigeonhole): the choices for the first n-3
+    # requests are tried before the last three fail.
     devices = [
         dev(f"d{x}-{y}", {"x": f"x{x}", "y": f"y{y}"})
         for x in range(n)
@@ -1156,12 +1191,12 @@ def _hard_claim(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ]
     cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
     constraints = [{"distinctAttribute": f"{GPU}/x"}, {"distinctAttribute": f"{GPU}/y"}]
-    return [claim(exact(count=n), constraints=constraints)], cluster
+    return [claim(*[exact(f"r{i}") for i in range(n)], constraints=constraints)], cluster
 
 
 def test_search_is_bounded_by_steps() -> None:
     claims, cluster = _hard_claim(16)
-    result = explain(claims, cluster, max_steps=1000)
+    result = explain(claims, cluster, max_steps=1000, kubernetes_version="1.36")
     assert not result.satisfiable
     assert result.errors == []
     assert "timed out trying to allocate devices (search stopped after 1000 steps)" in result.nodes[0].reasons
@@ -1169,7 +1204,7 @@ def test_search_is_bounded_by_steps() -> None:
 
 def test_search_has_a_deadline_like_the_filter_timeout() -> None:
     claims, cluster = _hard_claim(22)
-    result = explain(claims, cluster, deadline_ms=20)
+    result = explain(claims, cluster, deadline_ms=20, kubernetes_version="1.36")
     assert not result.satisfiable
     assert result.errors == []
     gave_up = [r for r in result.nodes[0].reasons if r.startswith("gave up after ")]

@@ -145,7 +145,14 @@ def test_consumable_capacity_declares_allow_multiple_allocations() -> None:
 
 def test_filter_timeout_off_means_no_deadline() -> None:
     claims, cluster = _hard_claim(16)
-    result = explain(claims, cluster, deadline_ms=0, max_steps=2000, feature_gates={"DRASchedulerFilterTimeout": False})
+    result = explain(
+        claims,
+        cluster,
+        deadline_ms=0,
+        max_steps=2000,
+        feature_gates={"DRASchedulerFilterTimeout": False},
+        kubernetes_version="1.36",
+    )
     assert result.gave_up == "timed out trying to allocate devices (search stopped after 2000 steps)"
 
 

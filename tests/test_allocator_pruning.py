@@ -1,9 +1,10 @@
-"""Pruning of distinctAttribute groups and shared counters never changes an answer.
+"""Pruning of matchAttribute values and shared counters never changes an answer.
 
 Random small nodes are decided by the allocator and by a brute force over combinations in
 entry order (the first combination that satisfies every constraint is upstream's first-fit
 answer for one request); infeasible shapes that the unpruned search would walk for thousands of
-steps are decided in a handful.
+steps are decided in a handful. distinctAttribute is not pruned: upstream remembers one value
+per request (tests/oracle judges it).
 """
 
 from __future__ import annotations
@@ -42,20 +43,21 @@ def _random_node(rng: random.Random) -> tuple[list[Obj], list[tuple[str, dict[st
         devices.append(dev(f"d{i}", attrs, **extra))
         plain.append((f"d{i}", attrs, want))
     shared = [counter_set(name, memory=_gib(v)) for name, v in sets.items()]
-    cluster = [rslice("s1", "n1", "p1", *devices, sharedCounters=shared), device_class()]
+    # Counter sets in a slice of their own (1.35+; the test runs at 1.36).
+    counters = rslice("counters", "n1", "p1", count=2, sharedCounters=shared)
+    del counters["spec"]["devices"]
+    cluster = [counters, rslice("s1", "n1", "p1", *devices, count=2), device_class()]
     return cluster, [(n, a, {**w, **{f"cap:{k}": v for k, v in sets.items()}}) for n, a, w in plain]
 
 
 def _first_fit(
-    devices: list[tuple[str, dict[str, Any], dict[str, int]]], counts: list[int], distinct: list[str], match: list[str]
+    devices: list[tuple[str, dict[str, Any], dict[str, int]]], counts: list[int], match: list[str]
 ) -> list[str] | None:
     """Requests one after the other, each a combination in entry order of the devices the
     earlier ones left; the first choice for all of them that satisfies the claim's constraints."""
     caps = {k.removeprefix("cap:"): v for k, v in devices[0][2].items() if k.startswith("cap:")} if devices else {}
 
     def ok(chosen: list[tuple[str, dict[str, Any], dict[str, int]]]) -> bool:
-        if any(len({d[1][a] for d in chosen}) != len(chosen) for a in distinct):
-            return False
         if any(len({d[1][a] for d in chosen}) > 1 for a in match):
             return False
         used = dict.fromkeys(caps, 0)
@@ -84,43 +86,20 @@ def _first_fit(
 def test_pruned_answers_are_the_first_fit_combination(seed: int) -> None:
     rng = random.Random(seed)
     cluster, devices = _random_node(rng)
-    distinct = rng.choice([["x"], ["y"], ["x", "y"], []])
-    match = rng.choice([[], [], ["y"]]) if "y" not in distinct else []
-    constraints = [{"distinctAttribute": f"{GPU}/{a}"} for a in distinct]
-    constraints += [{"matchAttribute": f"{GPU}/{a}"} for a in match]
+    match = rng.choice([[], ["y"], ["x"]])
+    constraints = [{"matchAttribute": f"{GPU}/{a}"} for a in match]
     shapes = [[n] for n in range(1, len(devices) + 1)]
     shapes += [[a, b] for a in range(1, 4) for b in range(1, 4) if a + b <= len(devices)]
     for counts in shapes:
         requests = [exact(f"r{i}", count=n) for i, n in enumerate(counts)]
-        result = explain([claim(*requests, constraints=constraints)], cluster, feature_gates=GATED_ON)
-        expected = _first_fit(devices, counts, distinct, match)
+        # 1.36: counters taken by a device a constraint refuses are given back (1.34 and 1.35
+        # keep them, which no first-fit model has; tests/oracle judges those).
+        result = explain(
+            [claim(*requests, constraints=constraints)], cluster, feature_gates=GATED_ON, kubernetes_version="1.36"
+        )
+        expected = _first_fit(devices, counts, match)
         got = [a.device for a in result.nodes[0].allocation] if result.satisfiable else None
         assert got == expected, (seed, counts, constraints)
-
-
-def test_distinct_values_too_few_is_decided_without_searching() -> None:
-    # 24 devices, 12 values, 13 distinct wanted: unpruned, a search over C(24, k) sets (more
-    # than 1,000 steps); pruned, the first step sees that 12 values cannot give 13 devices.
-    devices = [dev(f"d{i}", {"slot": f"s{i % 12}"}) for i in range(24)]
-    cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
-    c = claim(exact(count=13), constraints=[{"distinctAttribute": f"{GPU}/slot"}])
-    result = explain([c], cluster, max_steps=1000)
-    assert not result.satisfiable and not result.nodes[0].gave_up
-    assert result.nodes[0].steps == 1
-    # Feasible: 12 of them, one per value, the first device of each value in entry order.
-    result = explain([claim(exact(count=12), constraints=c["spec"]["devices"]["constraints"])], cluster)
-    assert [a.device for a in result.nodes[0].allocation] == [f"d{i}" for i in range(12)]
-
-
-def test_distinct_values_taken_by_another_request_prune_the_next() -> None:
-    # Request a takes one of each of 6 values; b then needs 6 more distinct ones where only 6
-    # values exist at all: every choice for a must be refuted, quickly.
-    devices = [dev(f"d{i}", {"slot": f"s{i % 6}"}) for i in range(18)]
-    cluster = [rslice("s1", "n1", "p1", *devices), device_class()]
-    constraints = [{"distinctAttribute": f"{GPU}/slot"}]
-    result = explain([claim(exact("a", count=3), exact("b", count=4), constraints=constraints)], cluster, max_steps=500)
-    assert not result.satisfiable and not result.nodes[0].gave_up
-    assert result.nodes[0].steps < 50
 
 
 def _mig_node(partitions_per_gpu: int, slices_per_gpu: int) -> list[Obj]:

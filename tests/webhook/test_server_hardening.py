@@ -61,13 +61,17 @@ def write_pair(directory: Path, pair: KeyPair) -> None:
 
 
 async def start(
-    tmp: Path, limits: ServerLimits = FAST, cluster: ClusterState | None = None, **tls_options: object
+    tmp: Path,
+    limits: ServerLimits = FAST,
+    cluster: ClusterState | None = None,
+    settings: Settings | None = None,
+    **tls_options: object,
 ) -> tuple[Live, asyncio.Task[None]]:
     ca = new_ca()
     write_pair(tmp, new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"]))
     tls = ReloadingTLS(tmp / "tls.crt", tmp / "tls.key", poll_interval=0.05, **tls_options)  # type: ignore[arg-type]
     cluster = cluster or ClusterState.from_objects([clusterpolicy()])
-    app = build_app(cluster, Settings(), tls=tls, limits=limits)
+    app = build_app(cluster, settings or Settings(), tls=tls, limits=limits)
     live = Live(ca, tmp, tls, app)
     started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
