@@ -156,6 +156,7 @@ def test_eight_gpus_on_a_realistic_h100_node() -> None:
     assert set(as_json) == {"satisfiable", "nodes", "errors", "kubernetesVersion", "featureGates"}
     assert set(as_json["nodes"][0]) == {"node", "satisfiable", "allocation", "reasons"}
     assert as_json["nodes"][0]["allocation"][0] == {
+        "claim": "default/c",
         "request": "gpu",
         "driver": GPU,
         "pool": "node-a",

@@ -167,7 +167,7 @@ def test_a_device_allocated_whole_has_no_consumed_capacity_in_json() -> None:
     plain = dev("g0", capacity={"memory": {"value": "80Gi"}})
     result = explain([claim(memory_request(amount="8Gi"))], cluster(plain), feature_gates=CC)
     assert result.to_json()["nodes"][0]["allocation"] == [
-        {"request": "gpu", "driver": GPU, "pool": "n1", "device": "g0"}
+        {"claim": "default/c", "request": "gpu", "driver": GPU, "pool": "n1", "device": "g0"}
     ]
     # Every device is checked against the request's capacity, shared or not.
     assert not explain([claim(memory_request(amount="81Gi"))], cluster(plain), feature_gates=CC).satisfiable

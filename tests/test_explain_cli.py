@@ -46,6 +46,7 @@ def test_satisfiable_exits_0_with_json(files: tuple[str, str], capsys: pytest.Ca
     out = json.loads(capsys.readouterr().out)
     assert out["satisfiable"] is True
     assert out["nodes"][0]["allocation"][0] == {
+        "claim": "default/c",
         "request": "gpu",
         "driver": "gpu.nvidia.com",
         "pool": "node-a",

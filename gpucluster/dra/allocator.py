@@ -103,11 +103,16 @@ class AllocatedDevice:
     shared: bool = False
     consumed_capacity: Mapping[str, str] = field(default_factory=lambda: _NO_CAPACITY)
 
-    def to_json(self) -> dict[str, Any]:
+    def as_result(self) -> dict[str, Any]:
+        """The fields of a ``status.allocation.devices.results`` entry this device gives."""
         out: dict[str, Any] = {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
         if self.consumed_capacity:
             out["consumedCapacity"] = dict(self.consumed_capacity)
         return out
+
+    def to_json(self) -> dict[str, Any]:
+        """``explain -o json``'s entry: the result, and which claim it is for."""
+        return {"claim": self.claim, **self.as_result()}
 
 
 @dataclass(slots=True)

@@ -479,7 +479,7 @@ class Scheduler(Controller):
                     admin.add(f"{request.get('name')}/{sub.get('name')}")
         results = []
         for d in devices:
-            result: Obj = d.to_json()
+            result: Obj = d.as_result()
             if result["request"] in admin:
                 result["adminAccess"] = True  # the device is not taken from other claims
             if d.shared:
