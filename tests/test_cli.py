@@ -136,7 +136,8 @@ def test_validate_missing_file() -> None:
 
 def test_readme_example_is_a_valid_gpucluster() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in readme.split("```yaml\n")[1:]]
+    example = next(b for b in blocks if "kind: GPUCluster" in b)
     out = gpucluster("validate", "-f", "-", stdin=example)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
