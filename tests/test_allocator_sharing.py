@@ -155,12 +155,13 @@ def test_from_1_36_one_request_takes_a_shared_device_once() -> None:
 
 
 def test_a_request_policy_is_checked_on_every_device() -> None:
+    # 1.35: 1.34's alpha code checks a request's capacity against another device (tests/oracle).
     # The policy's default is unset and the whole value (6) is not a valid value: a request
     # without capacity cannot take the device, shared or not (upstream checks every device).
     strict = dev("g0", capacity={"memory": {"value": "6", "requestPolicy": {"validValues": ["2", "4"]}}})
-    result = explain([claim(exact())], cluster(strict, dev("g1")), feature_gates=CC)
+    result = explain([claim(exact())], cluster(strict, dev("g1")), feature_gates=CC, kubernetes_version="1.35")
     assert [d for _, d, _ in devices_of(result)] == ["g1"]
-    assert not explain([claim(exact())], cluster(strict), feature_gates=CC).satisfiable
+    assert not explain([claim(exact())], cluster(strict), feature_gates=CC, kubernetes_version="1.35").satisfiable
 
 
 def test_a_device_allocated_whole_has_no_consumed_capacity_in_json() -> None:
@@ -232,7 +233,7 @@ def test_many_requests_that_cannot_all_fit_are_decided_in_a_few_steps() -> None:
     # which sees that the capacity left takes at most 8 more allocations.
     gpus = [shared_gpu(f"g{i}", "10Gi") for i in range(8)]
     requests = [memory_request(f"r{i}", "10Gi") for i in range(9)]
-    result = explain([claim(*requests)], cluster(*gpus), feature_gates=CC)
+    result = explain([claim(*requests)], cluster(*gpus), feature_gates=CC, kubernetes_version="1.35")
     assert not result.satisfiable and not result.gave_up
     assert result.nodes[0].steps < 50, result.nodes[0].steps
     assert result.nodes[0].reasons[0] == (
@@ -242,7 +243,7 @@ def test_many_requests_that_cannot_all_fit_are_decided_in_a_few_steps() -> None:
     # Across claims too, and with counts: 9 x 3 of 30Gi over 8 x 80Gi (16 allocations fit).
     big = [shared_gpu(f"g{i}") for i in range(8)]
     claims = [claim(memory_request(amount="30Gi", count=3), name=f"c{i}") for i in range(9)]
-    result = explain(claims, cluster(*big), feature_gates=CC)
+    result = explain(claims, cluster(*big), feature_gates=CC, kubernetes_version="1.35")
     assert not result.satisfiable and result.nodes[0].steps < 200, result.nodes[0].steps
 
 
@@ -250,8 +251,12 @@ def test_the_bound_counts_the_smallest_amount_asked_of_a_device() -> None:
     # One 80Gi GPU takes 70Gi and one 10Gi, not the other two 10Gi; a second GPU takes them. The
     # bound counts 80Gi // 10Gi = 8 allocations a GPU: it must not refuse the claim.
     requests = [memory_request("big", "70Gi"), *(memory_request(f"r{i}", "10Gi") for i in range(3))]
-    assert not explain([claim(*requests)], cluster(shared_gpu("g0")), feature_gates=CC).satisfiable
-    result = explain([claim(*requests)], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC)
+    assert not explain(
+        [claim(*requests)], cluster(shared_gpu("g0")), feature_gates=CC, kubernetes_version="1.35"
+    ).satisfiable
+    result = explain(
+        [claim(*requests)], cluster(shared_gpu("g0"), shared_gpu("g1")), feature_gates=CC, kubernetes_version="1.35"
+    )
     assert [d for _, d, _ in devices_of(result)] == ["g0", "g0", "g1", "g1"]
 
 

@@ -57,6 +57,14 @@ class Semantics:
     # 1.34: distinctAttribute compares the attribute values' pointers, so only the same device
     # (a shared one chosen again) counts as a duplicate. 1.35 compares the values.
     distinct_by_identity: bool
+    # 1.34 (alpha DRAConsumableCapacity): allocateDevice checks a request's capacity against the
+    # device at the request's device index in the chosen device's slice, not the chosen device
+    # (and panics where the slice has no such device); 1.35 checks the chosen device.
+    capacity_wrong_device: bool
+    # 1.35+: a shared device's counters are taken once, by its first allocation, and count as
+    # consumed while other claims hold shares of it. 1.34 takes them at every allocation and
+    # counts only devices allocated whole (AllocatedDevices).
+    counters_once_per_shared_device: bool
     # 1.34 and 1.35: allocateDevice takes a device's counters before it checks taints and
     # constraints and keeps them when one of those refuses the device (until the node's search
     # ends). 1.36 gives them back (countersReserved).
@@ -123,6 +131,8 @@ class Semantics:
             sharing_code=newest_code,
             counters_leak=minor <= 35,
             distinct_by_identity=minor == 34,
+            capacity_wrong_device=minor == 34,
+            counters_once_per_shared_device=minor >= 35,
             skip_unusable_pools=minor >= 35,
             pool_counters=minor >= 35,
             only_known_taint_effects=minor >= 35,

@@ -522,6 +522,12 @@ class NodeSearch:
             )
         )
         self.leak_on_visit: set[tuple[int, int]] = set()  # (request uid, entry index)
+        # Semantics.capacity_wrong_device with DRAConsumableCapacity on: the capacity check
+        # depends on the device's place in the request, so it is made as each device is tried.
+        self.wrong_device = self.sem.capacity_wrong_device and self.sem.consumable_capacity
+        # Upstream's plain search, unpruned, where its answer depends on the order of visits.
+        self.plain_search = self.leaky or self.wrong_device
+        self._entry_at: dict[tuple[int, int], _Entry] | None = None
         # Where the order of a request's devices can change the answer (upstream's
         # distinctAttribute remembers the last value per request; leaked counters), 1.34 and
         # 1.35 are searched as upstream does: every ordered selection, not only combinations.
@@ -745,6 +751,33 @@ class NodeSearch:
             used[key] = used.get(key, Fraction(0)) + amount
         return found, ""
 
+    def _wrong_device_capacity(self, req: _Req, entry: _Entry, slot: int) -> str:
+        """1.34's capacity check, made against device ``slot`` of the chosen device's slice (the
+        request's device index), with what that device's allocations consume."""
+        s = entry.slice
+        assert s is not None
+        raw = s.raw["spec"]["devices"]
+        if slot >= len(raw):
+            raise FatalError(
+                f"kube-scheduler {self.sem.version} panics here: its capacity check reads device #{slot} of "
+                f"ResourceSlice {s.name}, which has {len(raw)} (upstream's CmpRequestOverCapacity)"
+            )
+        if self._entry_at is None:
+            self._entry_at = {
+                (id(e.slice), e.device.index): e for e in self.entries if e.slice is not None and e.device is not None
+            }
+        other = self._entry_at.get((id(s), slot))
+        if other is None or other.device is None:
+            return ""
+        found = self._demand(req, other)
+        if isinstance(found, str):
+            return found
+        used = self.capacity_used.get(other.device.key)
+        why = found.over(used if used is not None else self.ctx.consumed.get(other.device.key))
+        if not why:
+            return ""
+        return f"{why} (Kubernetes {self.sem.version} checks the capacity of {other.id}, device #{slot} of the slice)"
+
     def _release_capacity(self, entry: _Entry, taken: capacity.Demand) -> None:
         assert entry.device is not None
         used = self.capacity_used[entry.device.key]
@@ -832,7 +865,7 @@ class NodeSearch:
             slices = [entry.slice]
         have = {(set_name, c): v for set_name, counters in sets.items() for c, v in counters.items()}
         in_use = self.ctx.in_use
-        shared = self.ctx.shared_allocated
+        shared = self.ctx.shared_allocated if self.sem.counters_once_per_shared_device else frozenset()
         for s in slices:
             for d in s.devices:
                 if d.key not in in_use and d.key not in shared:
@@ -863,6 +896,8 @@ class NodeSearch:
         allocations (``allocateDevice`` skips the check while some of its capacity is in use)."""
         d = entry.device
         assert d is not None
+        if not self.sem.counters_once_per_shared_device:
+            return False
         return self.shared[entry.index] and (d.key in self.ctx.consumed or self.shares.get(d.key, 0) > 0)
 
     def _take_counters(self, entry: _Entry) -> str:
@@ -900,7 +935,7 @@ class NodeSearch:
         if holder is not None and holder is not req:
             self._note(req, entry, f"chosen for request {holder.spec.full_name}")
 
-    def _allocate_device(self, req: _Req, entry: _Entry, must: bool) -> bool:
+    def _allocate_device(self, req: _Req, entry: _Entry, must: bool, slot: int = 0) -> bool:
         """``allocateDevice``: availability, counters, taints, constraints, capacity; records the device.
 
         ``must`` is for allocationMode All, where the devices were not filtered by
@@ -910,6 +945,19 @@ class NodeSearch:
         assert d is not None
         ci = req.claim_index
         shared = self.shared[entry.index]
+        if self.wrong_device and shared and not must:
+            # allocateOne checks the device's own capacity, with this search's allocations of it,
+            # before allocateDevice (whose check reads another device).
+            found = self._demand(req, entry)
+            used = self.capacity_used.get(d.key)
+            why = (
+                found
+                if isinstance(found, str)
+                else found.over(used if used is not None else self.ctx.consumed.get(d.key))
+            )
+            if why:
+                self._note(req, entry, why + " after the allocations already chosen")
+                return False
         if must:
             if shared:
                 # Never marked as being allocated; only a claim holding it whole keeps it.
@@ -951,6 +999,15 @@ class NodeSearch:
                         f"claim {claim.ref}, request {req.spec.name}: cannot add device {entry.id} "
                         "because a claim constraint would not be satisfied"
                     )
+                self._note(req, entry, reason)
+                return False
+        if self.wrong_device:
+            reason = self._wrong_device_capacity(req, entry, slot)
+            if reason:
+                for c in constraints:
+                    c.remove(d, req.request_index)
+                if counters and not self.leaky:
+                    self._release_counters(entry)
                 self._note(req, entry, reason)
                 return False
         taken: capacity.Demand | None = None
@@ -1033,12 +1090,18 @@ class NodeSearch:
             return self._allocate_one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + req.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
             raise _MaxSizeExceeded
-        if self.any_shared and di == 0 and not all_mode and not self.leaky and self._slots_short(ci, ri, req, di):
+        if (
+            self.any_shared
+            and di == 0
+            and not all_mode
+            and not self.plain_search
+            and self._slots_short(ci, ri, req, di)
+        ):
             return False  # checked as each request starts: where several requests multiply the work
 
         if all_mode:
             entry = req.all_devices[di]
-            if not self._allocate_device(req, entry, must=True):
+            if not self._allocate_device(req, entry, must=True, slot=di):
                 return False
             # 1.34: the next device is looked for as the first subrequest's (Semantics).
             next_si = 0 if self.sem.all_subrequest_goes_on_as_first else si
@@ -1069,7 +1132,7 @@ class NodeSearch:
                     fixed.append(positions.get(c.value, []) if c.value is not None else [])
                 else:
                     unfixed.append(k)
-        if req.consumption and need > 1 and start < len(entries) and not self.leaky:
+        if req.consumption and need > 1 and start < len(entries) and not self.plain_search:
             why = self._counters_short(req, start, need)
             if why:
                 self._pruned(ci, req, start)
@@ -1078,8 +1141,8 @@ class NodeSearch:
                         self._note(req, entries[i], why)
                 return False
         for index in range(start, len(entries)):
-            short = usable[index] < need and not self.leaky
-            if fixed and not short and not self.leaky:
+            short = usable[index] < need and not self.plain_search
+            if fixed and not short and not self.plain_search:
                 for p in fixed:
                     if len(p) - bisect_left(p, index) < need:
                         short = True
@@ -1106,16 +1169,17 @@ class NodeSearch:
                 if self.leaky and (req.uid, index) in self.leak_on_visit and not shared[index]:
                     self._take_counters(entry)  # upstream keeps them when the refusal comes later
                 continue
-            if unfixed and need > 1 and not self.leaky:
+            if unfixed and need > 1 and not self.plain_search:
                 why = self._too_few_share(req, index, need, unfixed)
                 if why:
                     self._note(req, entry, why)
                     self._pruned(ci, req, index + 1)
                     continue
             # Device.plain: nothing to check (no taints, no counters, no multiple allocations).
-            if (not d.plain or req.constraints) and not self._allocate_device(req, entry, must=False):
+            full = not d.plain or bool(req.constraints) or self.wrong_device
+            if full and not self._allocate_device(req, entry, must=False, slot=di):
                 continue
-            if d.plain and not req.constraints:
+            if not full:
                 # Nothing to check: record it (the fast path of _allocate_device).
                 if claims is None:
                     allocating[d.key] = {ci}
@@ -1514,7 +1578,7 @@ class NodeSearch:
     def run(self) -> NodeOutcome:
         self._build_requests()
         self.permute = not self.sem.combinations and (
-            self.leaky or any(isinstance(c, _DistinctAttribute) for cs in self.constraints for c in cs)
+            self.plain_search or any(isinstance(c, _DistinctAttribute) for cs in self.constraints for c in cs)
         )
         fatal = ""
         gave_up = ""
