@@ -90,7 +90,7 @@ class Semantics:
     # DRADeviceBindingConditions (on by default from 1.36): devices with bindingConditions can be
     # allocated. Off, such devices are never selected.
     binding_conditions: bool
-    # 1.34: when the first two subrequests of a firstAvailable list both ask for All devices, the
+    # 1.34 and 1.35: when the first two subrequests of a firstAvailable list both ask for All devices, the
     # second one gets the devices the first one's class and selectors match (upstream checks the
     # second subrequest under the first one's key of its device-match cache); its own class and
     # selectors are never evaluated. Fixed in 1.36.

@@ -1,19 +1,22 @@
 """The per-node search of the structured allocator, instrumented to explain itself.
 
-Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/structured
-(``internal/incubating/allocator_incubating.go`` of 1.34, 1.35 and 1.36):
+Semantics follow ``Allocator.Allocate`` of k8s.io/dynamic-resource-allocation/structured, in the
+implementation kube-scheduler runs for the version and gates (:func:`gpucluster.dra.model.variant`),
+checked case by case against that code (tests/oracle):
 
 - claims are allocated one after the other, each request after the other, one device after the
   other, trying every eligible device in pool/slice/device order and backtracking on failure
   (first solution wins);
 - within one request devices are chosen as combinations in entry order (1.36 does so; 1.34 and
-  1.35 walk ordered selections, but every constraint - counters, matchAttribute,
-  distinctAttribute - is a property of the set, so the first ordered selection that succeeds is
-  the first combination: the answers are the same, reached without the permutations);
+  1.35 walk ordered selections, and where every constraint is a property of the set the first
+  ordered selection that succeeds is the first combination). Where the order matters upstream -
+  its distinctAttribute remembers one value per request, its counters stay taken by a device a
+  taint or constraint refuses (1.34, 1.35), 1.34 checks capacity against the device at the
+  request's device index - the search walks ordered selections, unpruned, as upstream does;
 - ``firstAvailable`` tries subrequests in order; a subrequest that would exceed the 32-results
-  limit of a claim makes the search try the next one; in 1.34, when the first two both ask for
+  limit of a claim makes the search try the next one; in 1.34 and 1.35, when the first two both ask for
   All devices, the second gets the devices the first one's class and selectors match (upstream
-  checks it under the first one's key of its device-match cache), and an All subrequest after
+  checks it under the first one's key of its device-match cache), and in 1.34 an All subrequest after
   the first keeps only its first device, the first subrequest going on from there (upstream's
   recursion drops the subrequest index);
 - ``allocationMode: All`` fixes the devices up front; one of them in use, tainted or out of
@@ -41,9 +44,7 @@ Besides the answer, every considered device gets the first reason it cannot be u
 The search is pruned where upstream's would only fail more slowly: a request stops as soon as the
 devices left in entry order (statically usable, and for a ``matchAttribute`` already fixed, with
 that value) cannot fill the remaining count, a device that would fix a ``matchAttribute``
-value too few remaining devices share is passed over, a ``distinctAttribute`` group stops when
-the values not chosen yet (of the request's remaining devices and of the claim's later requests
-it binds) are fewer than the devices still needed, and devices consuming shared counters stop
+value too few remaining devices share is passed over, and devices consuming shared counters stop
 when the fewest of them that must still be chosen cannot fit what is left of a counter, or of
 all counters of their scope together. With shared devices, a request starts only when the
 capacity left on the usable devices can host the allocations the pod still needs (each device
@@ -734,6 +735,18 @@ class NodeSearch:
             self.capacity_reasons[key] = reason
         return reason
 
+    def _over_now(self, req: _Req, entry: _Entry) -> str:
+        """Why one more allocation of the device cannot serve the request next to what other
+        claims' allocations and this search's consume of it (``CmpRequestOverCapacity`` with the
+        allocating capacity), "" if it can."""
+        d = entry.device
+        assert d is not None
+        found = self._demand(req, entry)
+        if isinstance(found, str):
+            return found
+        used = self.capacity_used.get(d.key)
+        return found.over(used if used is not None else self.ctx.consumed.get(d.key))
+
     def _take_capacity(self, req: _Req, entry: _Entry) -> tuple[capacity.Demand | None, str]:
         """Reserve what this allocation of a shared device consumes; (None, why) if it does not fit."""
         d = entry.device
@@ -767,13 +780,9 @@ class NodeSearch:
                 (id(e.slice), e.device.index): e for e in self.entries if e.slice is not None and e.device is not None
             }
         other = self._entry_at.get((id(s), slot))
-        if other is None or other.device is None:
+        if other is None:
             return ""
-        found = self._demand(req, other)
-        if isinstance(found, str):
-            return found
-        used = self.capacity_used.get(other.device.key)
-        why = found.over(used if used is not None else self.ctx.consumed.get(other.device.key))
+        why = self._over_now(req, other)
         if not why:
             return ""
         return f"{why} (Kubernetes {self.sem.version} checks the capacity of {other.id}, device #{slot} of the slice)"
@@ -948,13 +957,7 @@ class NodeSearch:
         if self.wrong_device and shared and not must:
             # allocateOne checks the device's own capacity, with this search's allocations of it,
             # before allocateDevice (whose check reads another device).
-            found = self._demand(req, entry)
-            used = self.capacity_used.get(d.key)
-            why = (
-                found
-                if isinstance(found, str)
-                else found.over(used if used is not None else self.ctx.consumed.get(d.key))
-            )
+            why = self._over_now(req, entry)
             if why:
                 self._note(req, entry, why + " after the allocations already chosen")
                 return False
