@@ -5,37 +5,15 @@ import (
 	"time"
 
 	dracel "k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// benchAllocate times what kube-scheduler runs for one pod: NewAllocator over the cluster, then
-// Allocate on every node. The first run is cold (a fresh CEL cache: every selector compiled);
-// the others reuse nothing but the process. Decoding the case is not timed.
-func benchAllocate(req *request) answer {
-	out := answer{ID: req.ID}
-	classes := classLister{}
-	for _, c := range req.Classes {
-		classes[c.Name] = c
-	}
-	features := allocatorFeatures(req.Gates)
-	state := allocatedState(req.Allocated, req.Gates["DRAConsumableCapacity"])
-	runs := max(1, req.Repeat)
-	var cold, warm time.Duration
-	fits := 0
+// timeRuns runs once `runs` times: the first run's time is cold, the best later one warm (the
+// cold one when there is no later run).
+func timeRuns(runs int, once func(run int) error) (cold, warm time.Duration, err error) {
 	for run := 0; run < runs; run++ {
-		ctx := context.Background()
 		started := time.Now()
-		allocator, err := structured.NewAllocator(ctx, features, state, classes, req.Slices, dracel.NewCache(10, celCacheFeatures(req.Gates)))
-		if err != nil {
-			out.Error = "new allocator: " + err.Error()
-			return out
-		}
-		fits = 0
-		for _, node := range req.Nodes {
-			results, err := allocator.Allocate(ctx, node, req.Claims)
-			if err == nil && len(results) == len(req.Claims) {
-				fits++
-			}
+		if err := once(run); err != nil {
+			return 0, 0, err
 		}
 		elapsed := time.Since(started)
 		if run == 0 {
@@ -47,8 +25,37 @@ func benchAllocate(req *request) answer {
 	if warm == 0 {
 		warm = cold
 	}
-	n := max(1, len(req.Nodes))
-	out.Bench = &benchResult{ColdNS: float64(cold.Nanoseconds()) / float64(n), WarmNS: float64(warm.Nanoseconds()) / float64(n), Fits: fits}
+	return cold, warm, nil
+}
+
+func perItem(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / float64(max(1, n)) }
+
+// benchAllocate times what kube-scheduler runs for one pod: NewAllocator over the cluster, then
+// Allocate on every node. The first run is cold (a fresh CEL cache: every selector compiled);
+// the others reuse nothing but the process. Decoding the case is not timed.
+func benchAllocate(req *request) answer {
+	out := answer{ID: req.ID}
+	fits := 0
+	cold, warm, err := timeRuns(max(1, req.Repeat), func(int) error {
+		ctx := context.Background()
+		allocator, err := newAllocator(ctx, req)
+		if err != nil {
+			return err
+		}
+		fits = 0
+		for _, node := range req.Nodes {
+			results, err := allocator.Allocate(ctx, node, req.Claims)
+			if err == nil && len(results) == len(req.Claims) {
+				fits++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		out.Error = "new allocator: " + err.Error()
+		return out
+	}
+	out.Bench = &benchResult{ColdNS: perItem(cold, len(req.Nodes)), WarmNS: perItem(warm, len(req.Nodes)), Fits: fits}
 	return out
 }
 
@@ -56,21 +63,17 @@ func benchAllocate(req *request) answer {
 // pass, warm the best later pass; both per device.
 func benchCEL(req *request) answer {
 	out := answer{ID: req.ID}
-	runs := max(2, req.Repeat)
 	devices := make([]dracel.Device, len(req.Devices))
 	for i := range req.Devices {
 		devices[i] = celDevice(req.Driver, &req.Devices[i])
 	}
-	var cold, warm time.Duration
 	matches := 0
 	var compiled dracel.CompilationResult
-	for run := 0; run < runs; run++ {
-		started := time.Now()
+	cold, warm, err := timeRuns(max(2, req.Repeat), func(run int) error {
 		if run == 0 {
-			compiled = dracel.GetCompiler(celCompilerFeatures(req.Gates)).CompileCELExpression(req.Expression, dracel.Options{DisableCostEstimation: true})
+			compiled = dracel.GetCompiler(celFeatures(req.Gates)).CompileCELExpression(req.Expression, dracel.Options{DisableCostEstimation: true})
 			if compiled.Error != nil {
-				out.Error = "compile: " + compiled.Error.Detail
-				return out
+				return compiled.Error
 			}
 		}
 		matches = 0
@@ -81,15 +84,13 @@ func benchCEL(req *request) answer {
 				matches++
 			}
 		}
-		elapsed := time.Since(started)
-		if run == 0 {
-			cold = elapsed
-		} else if warm == 0 || elapsed < warm {
-			warm = elapsed
-		}
+		return nil
+	})
+	if err != nil {
+		out.Error = "compile: " + err.Error()
+		return out
 	}
-	n := max(1, len(devices))
-	out.Bench = &benchResult{ColdNS: float64(cold.Nanoseconds()) / float64(n), WarmNS: float64(warm.Nanoseconds()) / float64(n), Fits: matches}
+	out.Bench = &benchResult{ColdNS: perItem(cold, len(devices)), WarmNS: perItem(warm, len(devices)), Fits: matches}
 	return out
 }
 

@@ -3,7 +3,6 @@
 package main
 
 import (
-	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
@@ -20,12 +19,6 @@ func allocatorFeatures(g map[string]bool) structured.Features {
 		ConsumableCapacity:   g["DRAConsumableCapacity"],
 	}
 }
-
-func celCacheFeatures(g map[string]bool) dracel.Features {
-	return dracel.Features{EnableConsumableCapacity: g["DRAConsumableCapacity"]}
-}
-
-func celCompilerFeatures(g map[string]bool) dracel.Features { return celCacheFeatures(g) }
 
 // nodeLocal: 1.34 has no error that fails only one node; every error aborts scheduling.
 func nodeLocal(error) bool { return false }

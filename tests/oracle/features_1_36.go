@@ -3,9 +3,6 @@
 package main
 
 import (
-	"errors"
-
-	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
@@ -21,16 +18,3 @@ func allocatorFeatures(g map[string]bool) structured.Features {
 		ListTypeAttributes:     g["DRAListTypeAttributes"],
 	}
 }
-
-func celCacheFeatures(g map[string]bool) dracel.Features {
-	return dracel.Features{
-		EnableConsumableCapacity: g["DRAConsumableCapacity"],
-		EnableListTypeAttributes: g["DRAListTypeAttributes"],
-	}
-}
-
-func celCompilerFeatures(g map[string]bool) dracel.Features { return celCacheFeatures(g) }
-
-// nodeLocal: an error that kube-scheduler reports as this node being unschedulable, not as a
-// failure of the scheduling attempt (structured.ErrFailedAllocationOnNode).
-func nodeLocal(err error) bool { return errors.Is(err, structured.ErrFailedAllocationOnNode) }

@@ -154,16 +154,21 @@ func allocatedState(claims []*resourceapi.ResourceClaim, consumable bool) struct
 	return state
 }
 
-func allocate(req *request) answer {
-	out := answer{ID: req.ID}
+// newAllocator is what kube-scheduler's PreFilter builds for a pod: the version's features, the
+// allocated state, the classes, every slice and a fresh CEL cache.
+func newAllocator(ctx context.Context, req *request) (structured.Allocator, error) {
 	classes := classLister{}
 	for _, c := range req.Classes {
 		classes[c.Name] = c
 	}
-	features := allocatorFeatures(req.Gates)
-	ctx := context.Background()
 	state := allocatedState(req.Allocated, req.Gates["DRAConsumableCapacity"])
-	allocator, err := structured.NewAllocator(ctx, features, state, classes, req.Slices, dracel.NewCache(10, celCacheFeatures(req.Gates)))
+	return structured.NewAllocator(ctx, allocatorFeatures(req.Gates), state, classes, req.Slices, dracel.NewCache(10, celFeatures(req.Gates)))
+}
+
+func allocate(req *request) answer {
+	out := answer{ID: req.ID}
+	ctx := context.Background()
+	allocator, err := newAllocator(ctx, req)
 	if err != nil {
 		out.Error = "new allocator: " + err.Error()
 		return out
@@ -245,7 +250,7 @@ func celCase(req *request) answer {
 	if req.NewExpressions {
 		envType = environment.NewExpressions
 	}
-	compiler := dracel.GetCompiler(celCompilerFeatures(req.Gates))
+	compiler := dracel.GetCompiler(celFeatures(req.Gates))
 	result := compiler.CompileCELExpression(req.Expression, dracel.Options{EnvType: &envType})
 	if result.Error != nil {
 		out.CompileError = result.Error.Detail
