@@ -98,6 +98,19 @@ def _row(name: str, value: float, unit: str, target: str | None = None, ok: bool
     return {"name": name, "value": value, "unit": unit, "target": target, "ok": ok}
 
 
+def _ratio_rows(
+    what: str, ours: tuple[float, float], answer: dict[str, Any], goal: float, digits: int, per: str
+) -> list[dict[str, Any]]:
+    """The cold and warm rows of one measurement: ours (µs) against upstream's answer (ns)."""
+    rows = []
+    for kind, mine, theirs_ns in (("cold", ours[0], answer["coldNS"]), ("warm", ours[1], answer["warmNS"])):
+        theirs = theirs_ns / 1000
+        ratio = mine / theirs
+        text = f"{what}, {kind}: ours {mine:.{digits}f} µs / upstream {theirs:.{digits}f} µs {per}"
+        rows.append(_row(text, ratio, "x", f"<= {goal:.0f}x", ratio <= goal))
+    return rows
+
+
 def run() -> list[dict[str, Any]]:
     binary = build.cached(VERSION)
     if binary is None and shutil.which("go") is not None:
@@ -126,18 +139,7 @@ def run() -> list[dict[str, Any]]:
                 }
             )["bench"]
             assert (answer["fits"] > 0) == fits, (family, answer)
-            cold_up, warm_up = answer["coldNS"] / 1000, answer["warmNS"] / 1000
-            for kind, mine, theirs in (("cold", cold_ours, cold_up), ("warm", warm_ours, warm_up)):
-                ratio = mine / theirs
-                rows.append(
-                    _row(
-                        f"allocator {family}, {kind}: ours {mine:.1f} µs / upstream {theirs:.1f} µs {label}",
-                        ratio,
-                        "x",
-                        f"<= {ALLOCATOR_GOAL:.0f}x",
-                        ratio <= ALLOCATOR_GOAL,
-                    )
-                )
+            rows.extend(_ratio_rows(f"allocator {family}", (cold_ours, warm_ours), answer, ALLOCATOR_GOAL, 1, label))
         devices = [d for s in slices for d in s["spec"]["devices"]]
         for expression in SELECTORS:
             cold_ours, warm_ours, matches = _ours_cel(expression, slices)
@@ -152,17 +154,6 @@ def run() -> list[dict[str, Any]]:
                 }
             )["bench"]
             assert answer["fits"] == matches, (expression, answer["fits"], matches)
-            cold_up, warm_up = answer["coldNS"] / 1000, answer["warmNS"] / 1000
             short = expression if len(expression) <= 60 else expression[:57] + "..."
-            for kind, mine, theirs in (("cold", cold_ours, cold_up), ("warm", warm_ours, warm_up)):
-                ratio = mine / theirs
-                rows.append(
-                    _row(
-                        f"CEL {short}, {kind}: ours {mine:.2f} µs / upstream {theirs:.2f} µs per device",
-                        ratio,
-                        "x",
-                        f"<= {CEL_GOAL:.0f}x",
-                        ratio <= CEL_GOAL,
-                    )
-                )
+            rows.extend(_ratio_rows(f"CEL {short}", (cold_ours, warm_ours), answer, CEL_GOAL, 2, "per device"))
     return rows
