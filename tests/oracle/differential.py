@@ -28,7 +28,7 @@ def ours(case: Case) -> Obj:
             copy.deepcopy(case.claims),
             copy.deepcopy(case.cluster()),
             kubernetes_version=case.version,
-            feature_gates={k: v for k, v in case.gates.items()},
+            feature_gates=dict(case.gates),
             deadline_ms=None,
         )
     except AllocatorInputError as exc:

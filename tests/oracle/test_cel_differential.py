@@ -1,4 +1,4 @@
-"""Our CEL selectors against Kubernetes' own DRA CEL environment (k8s.io/dynamic-resource-allocation/cel
+"""``gpucluster match``'s CEL selectors against Kubernetes' own DRA CEL environment (k8s.io/dynamic-resource-allocation/cel
 on cel-go, run by the oracle) on random expressions and devices, for every supported version.
 
 Per expression: both compile or both refuse it (a compile error, or an estimated cost over
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpucluster.dra.cel import CelCompileError, CelRuntimeError, compile_selector, conversion_error, device_view
-from gpucluster.dra.cel.view import list_conversion_error
+from gpucluster.commands.match import _each_row, _programs
 from gpucluster.dra.model import SUPPORTED_VERSIONS
+from gpucluster.errors import InputError
 from tests.oracle.cel_generate import generate
 from tests.oracle.client import Oracle
 
@@ -25,22 +25,19 @@ FIRST_SEED = int(os.environ.get("GPUCLUSTER_ORACLE_SEED", "0"))
 
 
 def ours(case: dict[str, Any]) -> dict[str, Any]:
+    """What ``gpucluster match`` answers: its own compile and per-device evaluation."""
     gates = case["gates"]
     lists = bool(gates["DRAListTypeAttributes"])
     try:
-        program = compile_selector(
-            case["expression"], consumable_capacity=bool(gates["DRAConsumableCapacity"]), list_type_attributes=lists
+        [program] = _programs(
+            [case["expression"]], consumable_capacity=bool(gates["DRAConsumableCapacity"]), list_type_attributes=lists
         )
-    except CelCompileError as exc:
+    except InputError as exc:
         return {"compiled": False, "why": str(exc)}
-    view = device_view(case["driver"], case["device"], list_type_attributes=lists)
-    bad = (list_conversion_error if lists else conversion_error)(view)
-    if bad:
-        return {"compiled": True, "cost": int(program.max_cost), "outcome": "error", "why": bad}
-    try:
-        return {"compiled": True, "cost": int(program.max_cost), "outcome": bool(program.evaluate(view))}
-    except CelRuntimeError as exc:
-        return {"compiled": True, "cost": int(program.max_cost), "outcome": "error", "why": str(exc)}
+    one = {"spec": {"driver": case["driver"], "pool": {"name": "p"}, "devices": [case["device"]]}}
+    [row] = _each_row([one], [program], lists)
+    outcome = {"match": True, "nomatch": False}.get(row["outcome"], "error")
+    return {"compiled": True, "cost": int(program.max_cost), "outcome": outcome, "why": row["message"]}
 
 
 def theirs(answer: dict[str, Any]) -> dict[str, Any]:
