@@ -118,7 +118,8 @@ def register(subparsers: Subparsers) -> None:
         type=int,
         default=limits.max_connections,
         metavar="N",
-        help=f"refuse (503, closed) connections beyond N open ones (default {limits.max_connections})",
+        help="connections held at most; when full the least busy one is closed to make room, and a new one "
+        f"is refused (closed) only while all are answering (default {limits.max_connections})",
     )
     server.add_argument(
         "--max-connections-per-peer",

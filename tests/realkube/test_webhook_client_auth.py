@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,36 +98,30 @@ def api(request: pytest.FixtureRequest) -> Iterator[Api]:
     yield request.getfixturevalue(f"{request.param}_api")
 
 
-def test_the_api_server_presents_its_webhook_client_certificate(api: Api, tmp_path: Path) -> None:
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+@contextlib.contextmanager
+def _pod_created_through(
+    api: Api, tmp_path: Path, allowed: tuple[str, ...], name: str
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """A pod created (dry run) in namespace ``name`` through a webhook that requires the API
+    server's client certificate with one of the ``allowed`` names: (status, answer)."""
     assert api.webhook_client_ca is not None
-    with Webhook(tmp_path, api.webhook_client_ca, DEFAULT_ALLOWED_NAMES) as hook:
-        name = f"client-auth-{api.name}"
-        api.ok(
-            "POST",
-            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-            _configuration(name, hook, name),
-        )
+    with Webhook(tmp_path, api.webhook_client_ca, allowed) as hook:
+        api.ok("POST", CONFIGURATIONS, _configuration(name, hook, name))
         try:
-            status, answer = _create_pod(api, name)
-            assert status == 201, answer
-            assert answer["spec"].get("resourceClaims"), (
-                "not translated: the webhook was not called with its certificate"
-            )
+            yield _create_pod(api, name)
         finally:
-            api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
+            api.request("DELETE", f"{CONFIGURATIONS}/{name}")
+
+
+def test_the_api_server_presents_its_webhook_client_certificate(api: Api, tmp_path: Path) -> None:
+    with _pod_created_through(api, tmp_path, DEFAULT_ALLOWED_NAMES, f"client-auth-{api.name}") as (status, answer):
+        assert status == 201, answer
+        assert answer["spec"].get("resourceClaims"), "not translated: the webhook was not called with its certificate"
 
 
 def test_a_webhook_allowing_another_name_refuses_the_api_server(api: Api, tmp_path: Path) -> None:
-    assert api.webhook_client_ca is not None
-    with Webhook(tmp_path, api.webhook_client_ca, ("someone-else",)) as hook:
-        name = f"client-auth-refused-{api.name}"
-        api.ok(
-            "POST",
-            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-            _configuration(name, hook, name),
-        )
-        try:
-            status, answer = _create_pod(api, name)
-            assert status >= 400 and "failed calling webhook" in str(answer.get("message")), (status, answer)
-        finally:
-            api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
+    with _pod_created_through(api, tmp_path, ("someone-else",), f"client-auth-refused-{api.name}") as (status, answer):
+        assert status >= 400 and "failed calling webhook" in str(answer.get("message")), (status, answer)
