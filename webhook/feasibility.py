@@ -226,11 +226,6 @@ class FeasibilityPool:
         self._flights: dict[tuple[Any, ...], Future[Feasibility]] = {}
         self._flights_lock = threading.Lock()
 
-    def start(self) -> None:
-        """Start the processes now (the slow lane's from a niced thread), so the first check does not pay for it."""
-        self.quick.start()
-        self._slow_threads.submit(self.slow.start).result()
-
     def close(self) -> None:
         self.quick.close()
         self.slow.close()
