@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,6 @@ class Oracle:
         except BrokenPipeError:
             pass  # _read reports the exit and its stderr
         return self._read()
-
-    def ask_many(self, cases: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for case in cases:
-            yield self.ask(case)
 
     def _read(self) -> dict[str, Any]:
         assert self._process.stdout is not None

@@ -238,7 +238,7 @@ class _Builder:
         rng = self.rng
         split = "split-pools" in self.features and self.chance(0.6)
         counters = "counters" in self.features and self.chance(0.7)
-        per_device = counters and self.minor >= 34 and not where.get("nodeName") and self.chance(0.4)
+        per_device = counters and not where.get("nodeName") and self.chance(0.4)
         counter_sets: list[Obj] = []
         if counters:
             for i in range(rng.randint(1, 2)):
