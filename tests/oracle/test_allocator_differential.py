@@ -95,4 +95,6 @@ def test_known_upstream_bugs_are_not_emulated(version: str, oracles: dict[str, O
         upstream = theirs(oracle.ask(case.oracle_request()))
         if differences(case, ours(case), upstream):
             failing.setdefault(bug, []).append(case.seed)
+    if not failing and CASES < 5000:
+        pytest.skip(f"{CASES} cases met none of the known disagreements (5,000 from seed 0 do)")
     assert not failing, {bug: f"{len(seeds)} cases (seeds {seeds[:10]})" for bug, seeds in failing.items()}
