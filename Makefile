@@ -2,9 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := gpucluster webhook controller certs sandbox
+PACKAGES := gpucluster webhook controller certs sandbox tools
 
-.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go oracle fuzz-dra
+.PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go oracle fuzz-dra \
+	wheels image image-push image-if-possible
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -32,11 +33,31 @@ unit:
 	$(BIN)/pytest
 
 # The real-control-plane tier needs the binaries: built first when Go is here (a no-op once cached).
-test: lint typecheck kube-if-go unit
+# The chart's end-to-end tests run the operator image: built first where buildah is or can be installed.
+test: lint typecheck kube-if-go image-if-possible unit
 
 kube-if-go:
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory kube oracle; \
 	else echo "make test: Go not found: the real-control-plane tier skips (CI=true fails it); install Go >= 1.24"; fi
+
+# The operator image, with buildah (installed from Debian's packages when missing and we are root),
+# on a Debian base made by mmdebstrap: dist/gpucluster-image.tar, tagged as the chart's default
+# image. A no-op when the sources have not changed. See README, "The operator image".
+image: $(BIN)/python
+	@$(BIN)/python -m tools.image build
+
+# The wheels the Dockerfile installs (for `docker build .`): dist/wheels.
+wheels: $(BIN)/python
+	@$(BIN)/python -m tools.image wheels
+
+# Push the built image: make image-push REGISTRY=registry.example.com:5000/gpucluster
+image-push: image
+	@test -n "$(REGISTRY)" || { echo "make image-push REGISTRY=host[:port][/path]" >&2; exit 2; }
+	@$(BIN)/python -m tools.image push $(REGISTRY)
+
+image-if-possible:
+	@if [ "$$(id -u)" = 0 ] || command -v buildah >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
+	else echo "make test: buildah not found and not root: the chart's pods run from the venv (CI=true fails that); install buildah and mmdebstrap"; fi
 
 bench:
 	$(BIN)/python -m tests.bench $(SUITES)

@@ -4,7 +4,7 @@ The files are written into a fresh hidden directory ``..<timestamp>``; a ``..dat
 then swapped to it with one ``rename`` and each visible name (``tls.crt``...) is a symlink through
 ``..data``. A reader therefore sees either the whole old set or the whole new set, never a new
 certificate with an old key (``webhook.tls.ReloadingTLS`` re-reads the files when their bytes
-change). Private keys (``*.key``) are written 0600, the rest 0644; the directory is 0700.
+change). Private keys (``*.key``) are written 0600, the rest 0644; the directory is 0700 when it is ours.
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ def write_atomically(directory: Path, files: Mapping[str, bytes]) -> bool:
     for name in files:
         _check_name(name)
     directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    # A directory the kubelet made (the chart's emptyDir) belongs to root: its mode is the kubelet's
+    # to set, and chmod by the non-root operator would fail with EPERM.
+    if directory.stat().st_uid == os.geteuid():
+        os.chmod(directory, 0o700)
     if read_dir(directory, files) == dict(files) and _visible(directory) == set(files):
         return False
     stamp = tempfile.mkdtemp(prefix="..", dir=directory)

@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from tests.e2e.backends import image_status
+
+    return image_status()
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return REPO

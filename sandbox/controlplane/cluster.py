@@ -57,6 +57,9 @@ class ClusterOptions:
     """Start the kubelet stand-in for the simulated nodes."""
     process_pods: bool = True
     """Pods of the project's own image run as local processes on the simulated nodes."""
+    image_archives: tuple[Path, ...] = ()
+    """OCI image archives (``make image``) the simulated nodes hold: pods of those images run from
+    their root filesystems (``sandbox.sim.container``) rather than from this checkout's venv."""
     admission_plugins: tuple[str, ...] = ()
     # Extra kube-controller-manager flags, e.g. ("--kube-api-qps=200", "--kube-api-burst=400").
     controller_manager_flags: tuple[str, ...] = ()
@@ -304,6 +307,7 @@ class ControlPlane:
         ]  # fmt: skip
         if not self.options.process_pods:
             argv.append("--no-process-pods")
+        argv += [f"--image-archive={archive}" for archive in self.options.image_archives]
         self.say(f"starting the kubelet stand-in for {len(self.node_names)} nodes")
         agent = self._start("nodes", argv, logs)
         self._wait(agent, self._nodes_ready, self.options.start_timeout)

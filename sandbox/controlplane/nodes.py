@@ -42,6 +42,7 @@ from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQue
 from sandbox.controlplane import kubeletapi, pki
 from sandbox.controlplane.proxy import ServiceProxy
 from sandbox.sim import process
+from sandbox.sim.images import ImageStore
 from sandbox.sim.kubelet import (
     NodePlan,
     claim_names,
@@ -472,12 +473,15 @@ async def serve(args: argparse.Namespace) -> None:
         await admin.close()
     plugin = await Kube.connect(str(directory / f"{pki.DRA_PLUGIN.file}.kubeconfig"))
     runners = []
+    store = ImageStore([Path(a) for a in args.image_archive]) if args.image_archive else None
     for index, plan in enumerate(plans(args.nodes, args.gpus_per_node, args.mix)):
         kube = await Kube.connect(str(directory / f"{pki.node_identity(plan.name).file}.kubeconfig"))
         runner = NodeRunner(plan, kube, plugin, None, args.version, index)
         if args.process_pods:
             runtime = process.ProcessRuntime(
-                runner.lookup, runner.issue_token, process.RuntimeOptions(root=Path(args.pods_dir) / plan.name)
+                runner.lookup,
+                runner.issue_token,
+                process.RuntimeOptions(root=Path(args.pods_dir) / plan.name, images=store),
             )
             runtime.api = process.ApiEndpoint(str(kube.api.configuration.host), ca_pem)
             runtime.notify = runner.queue.add
@@ -523,6 +527,7 @@ def main() -> None:
     parser.add_argument("--version", required=True)
     parser.add_argument("--pods-dir", required=True)
     parser.add_argument("--no-process-pods", dest="process_pods", action="store_false")
+    parser.add_argument("--image-archive", action="append", default=[], help="an OCI archive the nodes hold")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(serve(args))

@@ -29,6 +29,7 @@ from pathlib import Path
 from sandbox.apiserver.core import ApiCore
 from sandbox.sim.base import Controller
 from sandbox.sim.endpoints import EndpointSliceController, ensure_endpointslices
+from sandbox.sim.images import ImageStore
 from sandbox.sim.jobs import JobController
 from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
 from sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions, core_access
@@ -64,6 +65,9 @@ class SimulationOptions:
     failed pod: first delay and cap (the kubelet's 10 s / 300 s; the Job controller's cap is 360 s)."""
     process_images: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """More images to run as processes: repository -> argv standing for the image's entrypoint."""
+    image_archives: tuple[Path, ...] = ()
+    """OCI image archives the nodes hold (``make image``): their pods run from the images' root
+    filesystems (``sandbox.sim.container``)."""
 
     def plans(self) -> list[NodePlan]:
         return plan_nodes(self.nodes, self.gpus_per_node, parse_mix(self.mix), prefix=self.node_prefix)
@@ -97,7 +101,11 @@ class SimulatedCluster:
                 self.runtime = ProcessRuntime(
                     *core_access(core),
                     RuntimeOptions(
-                        root=opts.process_root, backoff_base=base, backoff_max=cap, entrypoints=opts.process_images
+                        root=opts.process_root,
+                        backoff_base=base,
+                        backoff_max=cap,
+                        entrypoints=opts.process_images,
+                        images=ImageStore(list(opts.image_archives)) if opts.image_archives else None,
                     ),
                 )
             self.controllers.append(Kubelet(core, self.runtime))

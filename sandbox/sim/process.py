@@ -29,11 +29,13 @@ import datetime as dt
 import hashlib
 import inspect
 import ipaddress
+import json
 import logging
 import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,9 @@ from urllib.parse import urlparse
 import yaml
 
 from sandbox.apiserver.core import ApiCore
-from sandbox.sim import podenv
+from sandbox.sim import container as container_launcher
+from sandbox.sim import imagespec, podenv
+from sandbox.sim.images import Image, ImageStore
 from sandbox.sim.probes import ProbeResult, ProbeWorker
 
 Obj = dict[str, Any]
@@ -61,6 +65,10 @@ class RuntimeOptions:
     """How often a container whose configuration failed (missing Secret...) is retried."""
     entrypoints: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Extra images to run: repository -> argv of its entrypoint."""
+    images: ImageStore | None = None
+    """The node's images (``make image``'s archive): a container whose image is here runs from its
+    root filesystem (``container.py``), one whose repository is here under another tag fails to
+    pull, the rest as before."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +93,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
+def _write(path: Path, data: bytes, mode: int, owner: imagespec.Ownership | None = None) -> None:
+    """Replace ``path`` atomically; with ``owner``, that owner, group and exact mode (image pods:
+    the kubelet's ownership), otherwise the mode kept writable for us and a replaced file's owner
+    kept (a refreshed token stays readable by the user it was given to)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
-    os.chmod(tmp, mode & 0o777 | 0o200)  # keep it writable for us: the next refresh replaces it
+    if owner is not None:
+        os.chown(tmp, owner.uid, owner.gid)
+        os.chmod(tmp, owner.mode)
+    else:
+        os.chmod(tmp, mode & 0o777 | 0o200)  # keep it writable for us: the next refresh replaces it
+        with contextlib.suppress(OSError):
+            old = path.stat()
+            if os.geteuid() == 0 and (old.st_uid, old.st_gid) != (0, 0):
+                os.chown(tmp, old.st_uid, old.st_gid)
+                os.chmod(tmp, old.st_mode & 0o7777)
     os.replace(tmp, path)
 
 
@@ -110,6 +130,7 @@ class ContainerRun:
         self.exit_code: int | None = None
         self.killed_for: str = ""
         self.deaths = 0
+        self.image_id = ""  # repository@digest when run from the node's image store
 
     @property
     def running(self) -> bool:
@@ -153,6 +174,14 @@ class PodRuntime:
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message) for the kubelet to record
         self.volumes: dict[str, Path] = {}
         self.mounts: dict[str, list[str]] = {}  # container -> mount paths
+        self.images: dict[str, Image] = {}  # container -> the image it runs from (image mode)
+        store = owner.options.images
+        if store is not None:
+            for c in self.all():
+                found = store.get(str(c.spec.get("image") or ""))
+                if found is not None:
+                    self.images[c.name] = found
+        self.image_mounts: dict[str, list[Obj]] = {}  # container -> launcher mounts (image mode)
 
     # ------------------------------------------------------------ public
 
@@ -280,10 +309,24 @@ class PodRuntime:
             ]
             if implicit is not None:
                 mounts.append((podenv.SERVICEACCOUNT_PATH, implicit["name"], ""))
+            read_only = {
+                str(m.get("mountPath") or ""): bool(m.get("readOnly")) for m in c.spec.get("volumeMounts") or []
+            }
+            if implicit is not None:
+                read_only[podenv.SERVICEACCOUNT_PATH] = True
+            self.image_mounts[c.name] = []
             for path, vol, sub in mounts:
                 source = self.volumes.get(vol)
                 if not path.startswith("/") or source is None:
                     continue
+                if c.name in self.images:
+                    target = source / sub if sub else source
+                    if sub and not target.exists():
+                        target.mkdir(parents=True, exist_ok=True)  # as the kubelet makes a missing subPath
+                    self.image_mounts[c.name].append(
+                        {"source": str(target), "target": path, "readOnly": read_only.get(path, False),
+                         "file": target.is_file()}
+                    )  # fmt: skip
                 link = self.dir / path.lstrip("/")
                 target = source / sub if sub else source
                 if link.is_symlink() or link.exists():
@@ -291,6 +334,8 @@ class PodRuntime:
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(target)
             self.mounts[c.name] = [p for p, _, _ in mounts]
+        if self.images:
+            self._write_etc()
         self.sandbox_ready = True
         for c in self.all():
             if not c.init:
@@ -313,6 +358,10 @@ class PodRuntime:
             name = str(vol.get("name") or "")
             path = self.dir / ".volumes" / name
             path.mkdir(parents=True, exist_ok=True)
+            if self.images:
+                own = imagespec.dir_ownership(self.pod, vol)
+                os.chown(path, own.uid, own.gid)
+                os.chmod(path, own.mode)
             self.volumes[name] = path
             pending.clear()
             files = podenv.volume_files(ctx, vol, token, self.owner.api.ca_pem)
@@ -320,12 +369,18 @@ class PodRuntime:
                 continue
             for f in files:
                 data = f.data
+                is_token = False
                 if pending and not data and f.path == str(pending[0][0].get("path") or "token"):
                     source = pending.pop(0)[0]
                     ttl = int(source.get("expirationSeconds") or 3607)
                     data = (await self.owner.issue_token(self.pod, source, ttl)).encode()
                     self._token_files.append((path / f.path, source, ttl))
-                _write(path / f.path, data, f.mode)
+                    is_token = True
+                _write(path / f.path, data, f.mode, self._ownership(vol, f.mode, token=is_token))
+
+    def _ownership(self, volume: Obj, mode: int, *, token: bool) -> imagespec.Ownership | None:
+        """Image pods get the kubelet's owners and modes; process pods run as us and need none."""
+        return imagespec.file_ownership(self.pod, volume, mode, token=token) if self.images else None
 
     def refresh(self, plural: str, name: str) -> None:
         """Secret or ConfigMap ``name`` changed: rewrite the files of the volumes made from it, as the
@@ -346,7 +401,7 @@ class PodRuntime:
             path = self.volumes.get(str(vol.get("name")))
             for f in files or []:
                 if path is not None:
-                    _write(path / f.path, f.data, f.mode)
+                    _write(path / f.path, f.data, f.mode, self._ownership(vol, f.mode, token=False))
 
     async def _refresh_tokens(self) -> None:
         while True:
@@ -396,7 +451,67 @@ class PodRuntime:
             env["TMPDIR"] = str(self.dir / "tmp")
         return env
 
+    def _write_etc(self) -> None:
+        """The files the kubelet and runtime give every container: hosts, hostname, resolv.conf."""
+        etc = self.dir / ".etc"
+        hosts = f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{self.ip}\t{self.name}\n"
+        _write(etc / "hosts", hosts.encode(), 0o644)
+        _write(etc / "hostname", f"{self.name}\n".encode(), 0o644)
+        try:
+            resolv = Path("/etc/resolv.conf").read_bytes()
+        except OSError:
+            resolv = b""
+        _write(etc / "resolv.conf", resolv, 0o644)
+
+    def _image_env(self, c: ContainerRun, image: Image) -> dict[str, str]:
+        """The image's environment under the kubelet's: no path remapping, real mount paths."""
+        env = dict(image.env)
+        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        base = self._base_env(c)
+        for name in ("PATH", "HOME", "GPUCLUSTER_SERVICEACCOUNT_DIR", "TMPDIR", "LANG", "LC_ALL"):
+            base.pop(name, None)
+        for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):  # host paths, meaningless inside the image
+            base.pop(name, None)
+        env.update(base)
+        env.setdefault("HOME", "/")
+        return podenv.container_env(self._ctx(), c.spec, env, [x.spec for x in self.containers])
+
+    def _launch_spec(self, c: ContainerRun, image: Image, argv: list[str], env: Mapping[str, str]) -> Obj:
+        who = imagespec.identity(self.pod, c.spec, image.user, image.rootfs)
+        sc = c.spec.get("securityContext") or {}
+        layers = self.dir / ".containers" / c.name
+        return {
+            "rootfs": str(image.rootfs),
+            "root": str(layers / "root"),
+            "upper": str(layers / "upper"),
+            "work": str(layers / "work"),
+            "readOnlyRoot": bool(sc.get("readOnlyRootFilesystem")),
+            "mounts": self.image_mounts.get(c.name, []),
+            "etc": {name: str(self.dir / ".etc" / name) for name in ("hosts", "hostname", "resolv.conf")},
+            "uid": who.uid,
+            "gid": who.gid,
+            "groups": list(who.groups),
+            "noNewPrivs": sc.get("allowPrivilegeEscalation") is False,
+            "cwd": str(c.spec.get("workingDir") or image.workdir or "/"),
+            "argv": argv,
+            "env": dict(env),
+        }
+
+    def _launcher(self, spec: Obj) -> list[str]:
+        return [sys.executable, "-I", "-S", str(Path(container_launcher.__file__)), json.dumps(spec)]
+
     def _command(self, c: ContainerRun) -> tuple[list[str], dict[str, str], Path]:
+        image = self.images.get(c.name)
+        if image is not None:
+            env = self._image_env(c, image)
+            spec = self._launch_spec(c, image, imagespec.argv(c.spec, image.entrypoint, image.cmd, env), env)
+            return self._launcher(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, self.dir
+        store = self.owner.options.images
+        ref = str(c.spec.get("image") or "")
+        if store is not None and store.has_repository(ref):
+            raise ImagePullError(
+                f'failed to pull image "{ref}": not on this node, which holds {", ".join(store.references())}'
+            )
         entry = podenv.entrypoint_for(
             str(c.spec.get("image") or ""), self.owner.options.entrypoints, self.owner.defaults
         )
@@ -443,11 +558,20 @@ class PodRuntime:
         try:
             argv, env, workdir = self._command(c)
         except podenv.ConfigError as exc:
+            reason = "ErrImagePull" if isinstance(exc, ImagePullError) else "CreateContainerConfigError"
             if (c.state.get("waiting") or {}).get("message") != str(exc):
-                self._event("Warning", "Failed", f"Error: {exc}")
-            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+                self._event("Warning", "Failed", f"Error: {exc}" if reason != "ErrImagePull" else str(exc))
+            c.state = {"waiting": {"reason": reason, "message": str(exc)}}
             self._notify()
             return False
+        image = self.images.get(c.name)
+        if image is not None:  # a fresh writable layer for every instance, as containerd gives
+            layers = self.dir / ".containers" / c.name
+            for part in ("upper", "work"):
+                shutil.rmtree(layers / part, ignore_errors=True)
+            for part in ("root", "upper", "work"):
+                (layers / part).mkdir(parents=True, exist_ok=True)
+            c.image_id = f"{image.repository}@{image.digest}"
         current, previous = self.log_path(c.name), self.log_path(c.name, previous=True)
         if current.exists():
             os.replace(current, previous)
@@ -638,10 +762,19 @@ class PodRuntime:
 
     async def _exec(self, c: ContainerRun, command: list[str], timeout: float) -> int:
         _argv, env, workdir = self._command(c)
-        entry = podenv.entrypoint_for(
-            str(c.spec.get("image") or ""), self.owner.options.entrypoints, self.owner.defaults
+        image = self.images.get(c.name)
+        if image is not None and c.proc is not None:  # into the running container's mount namespace
+            inner = self._image_env(c, image)
+            spec = {**self._launch_spec(c, image, list(command), inner), "join": c.proc.pid}
+            command, env = self._launcher(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        entry = (
+            None
+            if image is not None
+            else podenv.entrypoint_for(
+                str(c.spec.get("image") or ""), self.owner.options.entrypoints, self.owner.defaults
+            )
         )
-        remap = podenv.remapper(self.dir, self.mounts.get(c.name, []))
+        remap = podenv.remapper(self.dir, [] if image is not None else self.mounts.get(c.name, []))
         command = [remap(x) for x in command]
         if entry is not None and command and Path(command[0]).name == entry.name:
             command = [*entry.argv, *command[1:]]
@@ -758,6 +891,10 @@ class TokenUnavailable(Exception):
     pass
 
 
+class ImagePullError(podenv.ConfigError):
+    """The pod names the project's repository under a tag this node's image store lacks."""
+
+
 def _duration(seconds: float) -> str:
     """Go's time.Duration.String for whole and fractional seconds and minutes."""
     if seconds >= 60:
@@ -805,6 +942,16 @@ class ProcessRuntime:
         return self._root
 
     def runs(self, pod: Obj) -> bool:
+        store = self.options.images
+        if store is not None:
+            spec = pod.get("spec") or {}
+            containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+            if containers and all(
+                store.has_repository(str(c.get("image") or ""))
+                or podenv.entrypoint_for(str(c.get("image") or ""), self.options.entrypoints, self.defaults)
+                for c in containers
+            ):
+                return True
         return podenv.pod_runs_locally(pod, self.options.entrypoints, self.defaults)
 
     def lookup(self, namespace: str) -> Callable[[str, str], Obj | None]:
@@ -935,7 +1082,7 @@ def pod_status(pod: Obj, runtime: PodRuntime, now: str, image_id: Callable[[str]
         out: Obj = {
             "name": c.name,
             "image": image,
-            "imageID": image_id(image) if c.container_id else "",
+            "imageID": (c.image_id or image_id(image)) if c.container_id else "",
             "restartCount": c.restart_count,
             "ready": c.ready and not terminal,
             "started": c.started and c.running,

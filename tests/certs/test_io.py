@@ -105,6 +105,25 @@ def test_atomic_writer_modes_layout_and_idempotence(tmp_path: Path) -> None:
         files.write_atomically(d, {"../x": b""})
 
 
+def test_atomic_writer_leaves_a_volume_it_does_not_own_as_the_kubelet_made_it(tmp_path: Path) -> None:
+    """The chart's emptyDir is root's (group fsGroup, 2777): the non-root operator cannot chmod it,
+    so the writer must not try (on a real node that chmod failed with EPERM, and certs-init
+    crash-looped)."""
+    d = tmp_path / "certs"
+    d.mkdir()
+    os.chmod(d, 0o2777)
+    if os.geteuid() == 0:
+        os.chown(d, 4242, 65532)  # owned by someone else, as root's volume is to the operator
+    else:
+        pytest.skip("needs root to hand the directory to another owner")
+    assert files.write_atomically(d, {"tls.crt": b"B", "tls.key": b"K"})
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o2777
+    assert (d / "tls.key").read_bytes() == b"K"
+    mine = tmp_path / "mine"
+    files.write_atomically(mine, {"tls.key": b"K"})
+    assert stat.S_IMODE(os.stat(mine).st_mode) == 0o700  # a directory of its own it still narrows
+
+
 def test_plain_writer_key_mode(tmp_path: Path) -> None:
     written = files.write_plain(tmp_path / "out", {"tls.key": b"K", "tls.crt": b"C"})
     assert [p.name for p in written] == ["tls.key", "tls.crt"]

@@ -4,6 +4,10 @@ etcd built from Go modules). ``backends()`` parametrizes a test over both.
 
 Where the real control plane is not built, its cases skip with one line saying how to build it;
 under CI=true they fail instead, so a CI run never loses the tier silently.
+
+The chart's operator pods run from the operator image (``make image``) where it is built from the
+sources as they are; otherwise from this checkout's venv, which ``image_status()`` says in the
+pytest header, and which fails the run under CI=true (``operator_images()``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,6 +50,36 @@ def require_kube(version: str | None = None) -> build.Binaries:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(reason + "; CI=true never skips this tier")
     pytest.skip(reason)
+
+
+@cache
+def _image() -> tuple[tuple[Path, ...], str]:
+    from tools import image
+
+    record = image.recorded()
+    if record is None:
+        return (), "operator image: not built: the chart's pods run from this checkout's venv (`make image` builds it)"
+    if record.get("source_digest") != image.source_digest():
+        return (), (
+            f"operator image: {image.ARCHIVE.name} is older than the sources: the chart's pods run from this "
+            "checkout's venv (`make image` rebuilds it)"
+        )
+    mib = int(record.get("compressed_bytes") or 0) >> 20
+    return (image.ARCHIVE,), f"operator image: {record['reference']} ({image.ARCHIVE.name}, {mib} MiB compressed)"
+
+
+def image_status() -> str:
+    """One line for the pytest header: what the chart's operator pods run."""
+    return _image()[1]
+
+
+def operator_images() -> tuple[Path, ...]:
+    """The archives the simulated nodes hold: the operator image when it is current. Without it the
+    pods run from the venv; under CI=true that fails, since CI must test what users deploy."""
+    archives, line = _image()
+    if not archives and os.environ.get("CI", "").lower() == "true":
+        pytest.fail(line + "; CI=true runs the chart's end-to-end tests on the image only")
+    return archives
 
 
 def backends() -> list[str]:

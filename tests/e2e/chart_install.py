@@ -25,7 +25,7 @@ from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from sandbox.server import SandboxThread
 from sandbox.sim import SimulationOptions
 from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe, set_values
-from tests.e2e.backends import SANDBOX, kube_version, require_kube
+from tests.e2e.backends import SANDBOX, kube_version, operator_images, require_kube
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 NAMESPACE = "gpu-operator"
@@ -70,7 +70,9 @@ class Cluster:
         self.plane: ControlPlane | None = None
         if backend == SANDBOX:
             assert not admission_plugins, "the sandbox has no admission plugins to enable"
-            options = SimulationOptions(nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0))
+            options = SimulationOptions(
+                nodes=nodes, gpus_per_node=gpus_per_node, restart_backoff=(1.0, 10.0), image_archives=operator_images()
+            )
             self.thread = SandboxThread(simulate=options, kubeconfig_path=kubeconfig)
             self.sandbox = self.thread.start()
             self.kubeconfig = str(self.sandbox.kubeconfig_path)
@@ -78,7 +80,11 @@ class Cluster:
             version = version or kube_version()
             require_kube(version)
             plane_options = ClusterOptions(
-                version=version, nodes=nodes, gpus_per_node=gpus_per_node, admission_plugins=admission_plugins
+                version=version,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                admission_plugins=admission_plugins,
+                image_archives=operator_images(),
             )
             self.plane = ControlPlane(plane_options)
             self.plane.up()
