@@ -238,16 +238,21 @@ def recorded() -> dict[str, Any] | None:
     return record if isinstance(record, dict) and ARCHIVE.exists() else None
 
 
+def _is_current(record: dict[str, Any]) -> bool:
+    """Built from the sources as they are, at this revision (its label must say the truth)."""
+    return record.get("source_digest") == source_digest() and record.get("revision") == revision()
+
+
 def current() -> dict[str, Any] | None:
     """What ``make image`` built, when it was built from the sources as they are now."""
     record = recorded()
-    return record if record is not None and record.get("source_digest") == source_digest() else None
+    return record if record is not None and _is_current(record) else None
 
 
 def build(*, force: bool = False) -> dict[str, Any]:
     digest = source_digest()
     record = recorded()
-    if not force and record is not None and record.get("source_digest") == digest:
+    if not force and record is not None and _is_current(record):
         print(f"make image: {record['reference']} is current ({ARCHIVE.relative_to(ROOT)})", file=sys.stderr)
         return record
     ensure_tools()
@@ -261,7 +266,8 @@ def build(*, force: bool = False) -> dict[str, Any]:
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
     argv = ["buildah", "bud", "--quiet", "--isolation", "chroot", "--layers=false", "--timestamp", str(epoch)]
     argv += ["--build-arg", f"BASE={base}", "--build-arg", f"VERSION={project_version()}"]
-    argv += ["--build-arg", f"REVISION={revision()}", "--build-arg", f"CREATED={created}"]
+    rev = revision()
+    argv += ["--build-arg", f"REVISION={rev}", "--build-arg", f"CREATED={created}"]
     argv += ["--label", f"io.gpucluster.source-digest={digest}", "--tag", str(ref), "--file", "Dockerfile", "."]
     _run(argv, what="buildah bud", cwd=ROOT)
     t_bud = time.monotonic() - started - t_wheels - t_base
@@ -274,6 +280,7 @@ def build(*, force: bool = False) -> dict[str, Any]:
     record = {
         "reference": str(ref),
         "source_digest": digest,
+        "revision": rev,
         "archive": str(ARCHIVE.relative_to(ROOT)),
         "base": base,
         "wheels": len(wheels),

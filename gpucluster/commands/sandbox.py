@@ -58,6 +58,14 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="HTTPS port (default: a free port)")
     parser.add_argument("--kubernetes-version", default="v1.34.2", help="version /version reports (default v1.34.2)")
+    parser.add_argument(
+        "--image-archive",
+        action="append",
+        default=[],
+        metavar="TAR",
+        help="an OCI image archive the nodes hold (make image: dist/gpucluster-image.tar): pods of its image run "
+        "from its root filesystem instead of this install (needs root; repeatable)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
@@ -78,6 +86,13 @@ def run(args: argparse.Namespace) -> int:
         parse_mix(mix)
     except ValueError as exc:
         raise InputError(f"--{'mix' if args.mix else 'model'} {mix}: {exc}") from None
+    if args.image_archive:
+        from sandbox.sim.images import ImageError, ImageStore
+
+        try:
+            ImageStore([Path(a) for a in args.image_archive])  # unpacked now, so the nodes start at once
+        except ImageError as exc:
+            raise InputError(f"--image-archive: {exc}") from None
     return asyncio.run(_serve(args, mix))
 
 
@@ -97,6 +112,7 @@ def simulation_options(args: argparse.Namespace, mix: str) -> SimulationOptions 
         processes=not (off or args.no_process_pods),
         jobs=not (off or args.no_jobs),
         endpoints=not (off or args.no_endpoints),
+        image_archives=tuple(Path(a).resolve() for a in getattr(args, "image_archive", [])),
     )
 
 

@@ -123,6 +123,10 @@ def load_archive(archive: Path, cache: Path) -> list[Image]:
     try:
         with tarfile.open(archive) as tar:
             return _images(tar, archive, cache)
+    except tarfile.ReadError:
+        raise ImageError(
+            f"{archive}: not a tar archive (an OCI image archive is what `buildah push IMAGE oci-archive:FILE` writes)"
+        ) from None
     except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
         raise ImageError(f"{archive}: not a readable OCI image archive: {exc}") from exc
 

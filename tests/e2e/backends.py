@@ -59,13 +59,24 @@ def _image() -> tuple[tuple[Path, ...], str]:
     record = image.recorded()
     if record is None:
         return (), "operator image: not built: the chart's pods run from this checkout's venv (`make image` builds it)"
-    if record.get("source_digest") != image.source_digest():
+    if image.current() is None:
         return (), (
-            f"operator image: {image.ARCHIVE.name} is older than the sources: the chart's pods run from this "
+            f"operator image: {image.ARCHIVE.name} is older than the sources or the commit: the chart's pods run from this "
             "checkout's venv (`make image` rebuilds it)"
         )
     mib = int(record.get("compressed_bytes") or 0) >> 20
     return (image.ARCHIVE,), f"operator image: {record['reference']} ({image.ARCHIVE.name}, {mib} MiB compressed)"
+
+
+def image_facts() -> str | None:
+    """``repository@manifest-digest`` of the operator image the nodes hold, None without one: what a
+    container run from it reports as its imageID."""
+    if not operator_images():
+        return None
+    from tools import image
+
+    record = image.recorded() or {}
+    return f"{record['reference'].rsplit(':', 1)[0]}@{record['manifest']}"
 
 
 def image_status() -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from sandbox.controlplane.build import VERSIONS
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
-from tests.e2e.backends import KUBE
+from tests.e2e.backends import KUBE, image_facts
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for
 from tests.e2e.test_run import legacy_pod
 
@@ -68,9 +68,13 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     conditions = {c["type"]: c for c in gc["status"]["conditions"]}
     assert conditions["Ready"]["status"] == "True" and conditions["Error"]["status"] == "False", gc["status"]
     operator_pods = wait_for("2 operator pods Running and Ready", lambda: _ready_operator_pods(cluster), 60)
+    built = image_facts()
     for name in operator_pods:
         pod = cluster.get("pod", "-n", NAMESPACE, name)
         assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-gpucluster"
+        if built is not None:  # what runs is the image users deploy, not this checkout
+            statuses = [*pod["status"].get("initContainerStatuses", []), *pod["status"]["containerStatuses"]]
+            assert {s["imageID"] for s in statuses} == {built}, statuses
     print(f"{recipe.name}: GPUCluster ready {ready_after:.1f}s after helm install started")
 
     # A legacy pod is translated by the webhook (reached through its Service), allocated, Running.
