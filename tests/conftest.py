@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +19,16 @@ def pytest_report_header(config: pytest.Config) -> str:
     from tests.e2e.backends import image_status
 
     return image_status()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The same line after a run that included the chart's end-to-end tests (-q hides the header)."""
+    stats = terminalreporter.stats
+    ran = [r for key in ("passed", "failed", "error", "skipped") for r in stats.get(key, [])]
+    if any(getattr(r, "nodeid", "").startswith(("tests/e2e/", "tests/image/")) for r in ran):
+        from tests.e2e.backends import image_status
+
+        terminalreporter.write_line(image_status())
 
 
 @pytest.fixture
