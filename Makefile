@@ -43,11 +43,11 @@ kube-if-go:
 # The operator image, with buildah (installed from Debian's packages when missing and we are root),
 # on a Debian base made by mmdebstrap: dist/gpucluster-image.tar, tagged as the chart's default
 # image. A no-op when the sources have not changed. See README, "The operator image".
-image: $(BIN)/python
+image: install
 	@$(BIN)/python -m tools.image build
 
 # The wheels the Dockerfile installs (for `docker build .`): dist/wheels.
-wheels: $(BIN)/python
+wheels: install
 	@$(BIN)/python -m tools.image wheels
 
 # Push the built image: make image-push REGISTRY=registry.example.com:5000/gpucluster
@@ -55,8 +55,11 @@ image-push: image
 	@test -n "$(REGISTRY)" || { echo "make image-push REGISTRY=host[:port][/path]" >&2; exit 2; }
 	@$(BIN)/python -m tools.image push $(REGISTRY)
 
+# Outside CI a failed image build leaves the venv as the fallback (the tests say so); CI=true fails.
 image-if-possible:
-	@if [ "$$(id -u)" = 0 ] || command -v buildah >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
+	@if [ "$$(id -u)" = 0 ] || command -v buildah >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory image || { [ "$$CI" != true ] && \
+		echo "make test: make image failed: the chart's pods run from the venv (CI=true fails that)"; }; \
 	else echo "make test: buildah not found and not root: the chart's pods run from the venv (CI=true fails that); install buildah and mmdebstrap"; fi
 
 bench:
