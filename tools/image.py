@@ -276,6 +276,7 @@ def build(*, force: bool = False) -> dict[str, Any]:
     _run(["buildah", "push", "--quiet", "--compression-format", "gzip", "--format", "oci", str(ref),
           f"oci-archive:{partial}:{ref}"], what="buildah push")  # fmt: skip
     partial.rename(ARCHIVE)
+    _run_ok(["buildah", "rmi", "--prune"])  # the previous build, untagged by this one
     facts = _archive_facts(ARCHIVE)
     record = {
         "reference": str(ref),

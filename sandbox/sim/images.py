@@ -6,7 +6,8 @@ An archive holds an ``index.json`` naming its manifests (``org.opencontainers.im
 is the tag), each with a config (entrypoint, cmd, env, user, working directory, labels) and gzip
 layers applied in order, whiteouts included. Unpacked trees are cached by manifest digest under
 ``~/.cache/gpucluster/images/`` (``$GPUCLUSTER_IMAGE_CACHE``), so a second sandbox starts at once.
-Unpacking needs root: files keep their owners and modes, as in the image.
+Unpacking needs root: files keep their owners and modes, as in the image. The newest three
+unpacked images are kept.
 """
 
 from __future__ import annotations
@@ -207,7 +208,22 @@ def _unpack(tar: tarfile.TarFile, digest: str, manifest: Obj, cache: Path) -> Pa
                 apply_layer(layer_tar, partial / "rootfs")
         (partial / ".complete").write_text(digest + "\n")
         partial.rename(target)
+        _prune(cache, keep=target)
     return rootfs
+
+
+KEEP_UNPACKED = 3
+
+
+def _prune(cache: Path, keep: Path) -> None:
+    """Each rebuild of an image is a new digest: keep the newest few unpacked, not every one."""
+    unpacked = sorted(
+        (d for d in cache.iterdir() if d.is_dir() and (d / ".complete").exists() and d != keep),
+        key=lambda d: (d / ".complete").stat().st_mtime,
+        reverse=True,
+    )
+    for old in unpacked[KEEP_UNPACKED - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _inside(root: Path, name: str) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.sim import container, imagespec
+from sandbox.sim import container, images, imagespec
 from sandbox.sim.images import ImageError, apply_layer, normalize
 
 
@@ -137,3 +137,14 @@ def test_volume_ownership_is_the_kubelets() -> None:
                                                                        {"name": "b"}]}}  # fmt: skip
     assert imagespec.fs_user(mixed) is None
     assert imagespec.file_ownership(mixed, projected, 0o644, token=True) == imagespec.Ownership(0, 1, 0o640)
+
+
+def test_only_the_newest_unpacked_images_are_kept(tmp_path: Path) -> None:
+    for i in range(5):
+        d = tmp_path / f"sha256-{i}"
+        (d / "rootfs").mkdir(parents=True)
+        (d / ".complete").write_text("x")
+        os.utime(d / ".complete", (1000 + i, 1000 + i))
+    (tmp_path / "sha256-9.partial").mkdir()  # another sandbox unpacking: not ours to remove
+    images._prune(tmp_path, keep=tmp_path / "sha256-0")  # the one just unpacked stays, however old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sha256-0", "sha256-3", "sha256-4", "sha256-9.partial"]
