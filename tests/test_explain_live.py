@@ -257,3 +257,23 @@ def test_no_cluster_configured_and_an_empty_name_are_one_line_errors(tmp_path: P
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and wanted in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "wanted"),
+    [
+        ("", "the file is empty"),
+        ("[1, 2]\n", "not a kubeconfig"),
+        ("apiVersion: v1\nkind: Config\n", "no contexts"),
+        ("clusters: [\n", "cannot read it"),
+    ],
+    ids=["empty", "a-list", "no-contexts", "bad-yaml"],
+)
+def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, content: str, wanted: str) -> None:
+    """An empty kubeconfig used to end in "'NoneType' object does not support item assignment"."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(content)
+    out = explain(path, "pod/x")
+    assert out.returncode == 2
+    assert wanted in out.stderr and "NoneType" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -50,6 +50,25 @@ async def load_configuration(kubeconfig: str | None = None, context: str | None 
     return configuration
 
 
+def check_kubeconfig(path: str) -> None:
+    """One clear line for a kubeconfig the client would fail on obscurely (an empty file gave
+    "'NoneType' object does not support item assignment")."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise InputError(f"--kubeconfig {path}: cannot read it: {detail}") from None
+    if data is None:
+        raise InputError(f"--kubeconfig {path}: the file is empty (a kubeconfig names clusters, users and contexts)")
+    if not isinstance(data, dict):
+        raise InputError(f"--kubeconfig {path}: not a kubeconfig (a YAML mapping with clusters, users and contexts)")
+    if not data.get("contexts") and not data.get("current-context"):
+        raise InputError(f"--kubeconfig {path}: no contexts: nothing says which cluster to use")
+
+
 @dataclass
 class Kube:
     """JSON requests over a configured ``ApiClient``."""
@@ -72,6 +91,8 @@ class Kube:
                 raise InputError(
                     f"no cluster configured: pass --kubeconfig, or set $KUBECONFIG (looked at {', '.join(candidates)})"
                 )
+        if kubeconfig is not None:
+            check_kubeconfig(kubeconfig)
         try:
             configuration = await load_configuration(kubeconfig, context)
         except Exception as exc:  # the client raises config, YAML, OS and value errors alike
