@@ -141,3 +141,14 @@ def test_readme_example_is_a_valid_gpucluster() -> None:
     out = gpucluster("validate", "-f", "-", stdin=example)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
+
+
+@pytest.mark.parametrize("nodes", ["99999999999", "65001", "-1"])
+def test_sandbox_refuses_a_node_count_it_cannot_simulate(nodes: str) -> None:
+    """99999999999 nodes used to hang silently while registering them."""
+    out = gpucluster("sandbox", "--nodes", nodes)
+    assert out.returncode == 2
+    assert (
+        out.stderr.strip()
+        == f"gpucluster sandbox: --nodes {nodes}: must be between 0 and 65,000 (the largest real clusters)"
+    )

@@ -71,10 +71,14 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+MAX_NODES = 65_000
+
+
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
-    if args.nodes < 0:
-        raise InputError(f"--nodes {args.nodes}: must not be negative")
+    if not 0 <= args.nodes <= MAX_NODES:
+        # Registering nodes takes time and memory in proportion: 99999999999 used to hang silently.
+        raise InputError(f"--nodes {args.nodes}: must be between 0 and {MAX_NODES:,} (the largest real clusters)")
     if not 0 <= args.gpus_per_node <= 64:
         raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be between 0 and 64")
     if not 0 <= args.port < 65536:
