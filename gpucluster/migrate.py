@@ -35,7 +35,10 @@ Structurally, in every object of the stream (documents, and the items of a ``Lis
 
 GPU requests anywhere else (``limits``/``requests`` outside these pod specs, such as a
 ``ServingRuntime``'s containers or a TrainJob's ``resourcesPerNode``, and manifests or patches
-embedded in strings) are reported as not migrated, with where they are.
+embedded in strings) are reported as not migrated, with where they are. A manifest embedded in a
+string is parsed (YAML or JSON) and judged by what it asks for; text that does not parse
+(template syntax) is read as text. Zero counts (``nvidia.com/gpu: 0``) ask for nothing, and
+capacity limits (a Karpenter ``NodePool``'s ``spec.limits``) are not requests: neither is reported.
 
 What is left alone
 ------------------
@@ -106,6 +109,7 @@ from gpucluster.translate import (
     TRANSLATED_LABEL,
     Translation,
     TranslationConfig,
+    parse_quantity,
     templates_annotation,
     translate_pod_spec,
 )
@@ -131,10 +135,18 @@ CLUSTER_SCOPED_USERS = {
 ARGO_MAIN = "main"
 
 _MENTIONS_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-)")
-# A GPU count as a key of embedded text (YAML or JSON); the value may be a parameter
-# ("{{inputs.parameters.gpus}}"), so anything follows the colon. ``nvidia.com/gpu.product:`` (a
-# node label) does not match.
-_EMBEDDED_GPU = re.compile(r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:[ \t]*[^\s,}]")
+# A GPU count as a key of embedded text that does not parse as YAML (template syntax); the value
+# may be a parameter ("{{inputs.parameters.gpus}}"), so anything but a zero follows the colon.
+# ``nvidia.com/gpu.product:`` (a node label) does not match.
+_EMBEDDED_GPU = re.compile(
+    r"nvidia\.com/(?:gpu|mig-[\w.+-]+)[\"']?\s*:[ \t]*(?![\"']?[+]?0+(?:\.0*)?[\"']?[ \t]*(?:[,}#\r\n]|$))[^\s,}]"
+)
+# Capacity limits, not requests: (API group, kind) -> path of a ``limits`` mapping of GPU totals.
+CAPACITY_LIMITS: dict[tuple[str, str], Path] = {
+    ("karpenter.sh", "NodePool"): ("spec", "limits"),
+}
+# The translation's words for a container whose GPU resources are all zero: nothing to migrate.
+_ZERO_PROBLEM = "asks for no device; container left unchanged"
 
 
 @dataclass
@@ -447,6 +459,7 @@ class _Context:
     unhandled: list[str] = field(default_factory=list)
     covered: list[Path] = field(default_factory=list)
     cluster_scoped: bool = False
+    root: Mapping[str, Any] = field(default_factory=dict)  # the object being migrated
 
     @property
     def labels(self) -> dict[str, str] | None:
@@ -524,10 +537,11 @@ def _translate(
     translation = translate_pod_spec(
         pod_spec, namespace=ctx.namespace, existing_annotations=annotations, config=ctx.config
     )
-    if not translation.changed and not translation.problems:
+    asked = [p for p in translation.problems if not p.endswith(_ZERO_PROBLEM)]  # zero asks for nothing
+    if not translation.changed and not asked:
         return None
     sharing = [shared.problem for shared in translation.shared]
-    problems = [*sharing, *(p for p in translation.problems if p not in sharing)]
+    problems = [*sharing, *(p for p in asked if p not in sharing)]
     workload = Workload(ctx.source, ctx.document, ctx.obj, _fmt(where), problems=problems)
     ctx.workloads.append(workload)
     if translation.changed and aliased:
@@ -730,9 +744,7 @@ def _requests_gpus(spec: Any, config: TranslationConfig) -> list[str]:
         for container in _seq(mapping.get(key)) or []:
             resources = _mapping((_mapping(container) or {}).get("resources")) or {}
             for section in ("limits", "requests"):
-                for name in _mapping(resources.get(section)) or {}:
-                    if config.watched(str(name)) or config.resolve(str(name)) is not None:
-                        found.append(str(name))
+                found.extend(_gpu_names(_mapping(resources.get(section)), config))
     return sorted(set(found))
 
 
@@ -815,8 +827,27 @@ def _argo_template(ctx: _Context, tmpl: MutableMapping[str, Any], where: Path) -
             workload.notes.append("claims added to podSpecPatch (Argo templates have no resourceClaims field)")
 
 
+def _is_zero(value: Any) -> bool:
+    """Whether a quantity is zero (``0``, ``"0"``, ``"0.0"`` ...): it asks for nothing."""
+    try:
+        return parse_quantity(value) == 0
+    except ValueError:
+        return False
+
+
+def _is_gpu(name: Any, config: TranslationConfig) -> bool:
+    return isinstance(name, str) and (config.watched(name) or config.resolve(name) is not None)
+
+
 def _gpu_names(values: Mapping[str, Any] | None, config: TranslationConfig) -> list[str]:
-    return sorted(str(k) for k in values or {} if config.watched(str(k)) or config.resolve(str(k)) is not None)
+    """The GPU resources ``values`` (a ``limits`` or ``requests`` mapping) asks for; zero is not asking."""
+    return sorted(str(k) for k, v in (values or {}).items() if _is_gpu(str(k), config) and not _is_zero(v))
+
+
+def _capacity(obj: Mapping[str, Any], where: Path) -> bool:
+    """Whether ``where`` in ``obj`` is a capacity limit (a Karpenter NodePool's ``spec.limits``)."""
+    group = str(obj.get("apiVersion") or "").partition("/")[0]
+    return CAPACITY_LIMITS.get((group, str(obj.get("kind") or ""))) == where
 
 
 def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = False) -> None:
@@ -832,7 +863,11 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
     mapping = _mapping(node)
     if mapping is not None:
         if not inside:
-            found = {s: _gpu_names(_mapping(mapping.get(s)), ctx.config) for s in ("limits", "requests")}
+            found = {
+                s: _gpu_names(_mapping(mapping.get(s)), ctx.config)
+                for s in ("limits", "requests")
+                if not _capacity(ctx.root, (*where, s))
+            }
             sections = [s for s, names in found.items() if names]
             if sections:
                 names = sorted({n for s in sections for n in found[s]})
@@ -850,8 +885,14 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
         for index, value in enumerate(items):
             _scan_unhandled(ctx, value, (*where, index), inside=inside)
         return
-    if isinstance(node, str) and _EMBEDDED_GPU.search(node):
+    if isinstance(node, str) and _MENTIONS_GPU.search(node):
         inner = _embedded_requests(node, ctx.config)
+        if inner is None:  # not YAML or JSON objects (template syntax): only the text can tell
+            if not _EMBEDDED_GPU.search(node):
+                return
+            inner = []
+        elif not inner:  # parsed, and asks for nothing (zero, capacity limits, labels)
+            return
         what = "; ".join(inner) if inner else "requests GPUs through extended resources"
         ctx.unhandled.append(
             f"{ctx.obj} {_fmt(where)}: text embedded in a string (a manifest or patch gpucluster does not "
@@ -859,33 +900,43 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
         )
 
 
-def _embedded_requests(text: str, config: TranslationConfig) -> list[str]:
+def _embedded_requests(text: str, config: TranslationConfig) -> list[str] | None:
     """Where the text of an embedded manifest (YAML or JSON, one document or a stream) asks for
-    GPUs: ``"Job train spec.template.spec.containers[0].resources: nvidia.com/gpu"``. Empty when
-    it does not parse (template syntax) or has no such request."""
+    GPUs: ``"Job train spec.template.spec.containers[0].resources: nvidia.com/gpu"``; zero counts
+    and capacity limits ask for nothing. ``None`` when it does not parse (template syntax) or holds
+    no object (a script, a command line): then only its text can tell."""
     try:
         docs = list(YAML(typ="safe", pure=True).load_all(text))
     except (YAMLError, ValueError, TypeError):
-        return []
+        return None
+    if not any(isinstance(doc, Mapping) for doc in docs):
+        return None
     found: list[str] = []
 
-    def walk(node: Any, path: Path, obj: str) -> None:
+    def walk(node: Any, path: Path, obj: str, root: Mapping[str, Any]) -> None:
         if isinstance(node, Mapping):
-            names = sorted({n for s in ("limits", "requests") for n in _gpu_names(_mapping(node.get(s)), config)})
+            names = sorted(
+                {
+                    n
+                    for s in ("limits", "requests")
+                    if not _capacity(root, (*path, s))
+                    for n in _gpu_names(_mapping(node.get(s)), config)
+                }
+            )
             if names:
                 found.append(f"{obj}{_fmt(path) or '.'}: {', '.join(names)}".strip())
             for key, value in node.items():
-                walk(value, (*path, str(key)), obj)
+                walk(value, (*path, str(key)), obj, root)
         elif isinstance(node, list):
             for index, value in enumerate(node):
-                walk(value, (*path, index), obj)
+                walk(value, (*path, index), obj, root)
 
     for doc in docs:
         if isinstance(doc, Mapping):
             meta = _mapping(doc.get("metadata")) or {}
             name = meta.get("name") or meta.get("generateName") or ""
             obj = " ".join(str(p) for p in (doc.get("kind"), name) if p)
-            walk(doc, (), f"{obj} " if obj else "")
+            walk(doc, (), f"{obj} " if obj else "", doc)
     return found
 
 
@@ -903,6 +954,7 @@ def _migrate_object(ctx: _Context, obj: MutableMapping[str, Any]) -> None:
     ctx.covered = []
     ctx.cluster_scoped = _cluster_scoped(obj)
     ctx.reported = set()
+    ctx.root = obj
     api_version = str(obj.get("apiVersion") or "")
     kind = obj.get("kind")
     if kind == "Pod" and api_version == "v1" and _is_pod_template(obj):
