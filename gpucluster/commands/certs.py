@@ -87,7 +87,7 @@ def register(subparsers: Subparsers) -> None:
         "inject",
         help="put a CA bundle into the gpucluster webhook configurations",
         description="Set caBundle of every webhook of the gpucluster Validating and Mutating webhook "
-        "configurations (by name and the label app.kubernetes.io/managed-by=gpucluster; no others) "
+        f'configurations (by name and the label {inject.CA_INJECTION_LABEL}="true"; no others) '
         "to the PEM bundle in --ca-file. Exit 1 when neither configuration exists.",
     )
     inject_parser.add_argument(
@@ -233,7 +233,7 @@ async def _inject(kubeconfig: str | None, bundle: bytes) -> int:
     if not results:
         print(
             f"gpucluster certs: no webhook configuration named {inject.VALIDATING_NAME} or {inject.MUTATING_NAME} "
-            "labelled app.kubernetes.io/managed-by=gpucluster",
+            f'labelled {inject.CA_INJECTION_LABEL}="true"',
             file=sys.stderr,
         )
         return EXIT_NEGATIVE

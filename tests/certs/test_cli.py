@@ -13,6 +13,7 @@ from cryptography import x509
 
 from certs import rotation
 from gpucluster import cli
+from sandbox.server import SandboxThread
 
 
 def run(*argv: str) -> int:
@@ -83,3 +84,16 @@ def test_no_traceback_from_a_real_process(tmp_path: Path) -> None:
         text=True,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_inject_with_nothing_to_inject_names_the_label_it_selects_on(
+    sb: SandboxThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to name app.kubernetes.io/managed-by=gpucluster, which the selection never used."""
+    out = tmp_path / "certs"
+    assert run("certs", "generate", "--service", "hook", "--namespace", "ns", "--out", str(out)) == 0
+    capsys.readouterr()
+    kubeconfig = str(sb.sandbox.kubeconfig_path)
+    assert run("certs", "inject", "--ca-file", str(out / "ca.crt"), "--kubeconfig", kubeconfig) == 1
+    err = capsys.readouterr().err
+    assert 'labelled gpucluster.nvidia.com/inject-ca-bundle="true"' in err and "managed-by" not in err, err
