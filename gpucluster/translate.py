@@ -347,6 +347,9 @@ def template_spec_problem(spec: Any, config: TranslationConfig = DEFAULT_CONFIG)
 # ----------------------------------------------------------------------------- quantities
 
 
+MAX_COUNT = 2**63 - 1  # an extended resource is counted in an int64 (resource.Quantity.Value())
+
+
 def parse_quantity(value: Any) -> Fraction:
     """A Kubernetes quantity (string, or a number from YAML) as an exact fraction, read by the one
     quantity parser (:mod:`gpucluster.dra.quantity`, ``resource.ParseQuantity``'s rules).
@@ -360,7 +363,8 @@ def parse_quantity(value: Any) -> Fraction:
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"{value!r} is not a quantity")
-        return Fraction(value)
+        # As written (1e+26 is 10^26), not the nearest binary double (100000000000000004764729344).
+        return Fraction(repr(value))
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a quantity")
     try:
@@ -517,6 +521,8 @@ def _check(resource: str, limit: Any, request: Any) -> tuple[int | None, str | N
         return None, f"{resource} {_quantity_text(limit)} is not a whole number of devices"
     if lim < 0:
         return None, f"{resource} {_quantity_text(limit)} is negative"
+    if lim > MAX_COUNT:
+        return None, f"{resource} {_quantity_text(limit)} is beyond the largest count Kubernetes schedules (2^63-1)"
     return int(lim), None
 
 

@@ -579,6 +579,11 @@ def test_equal_quantities_in_different_spellings_are_equal() -> None:
         (1.5, "nvidia.com/gpu 1.5 is not a whole number of devices"),
         ("-1", "nvidia.com/gpu -1 is negative"),
         ("two", "nvidia.com/gpu 'two' is not a valid quantity"),
+        # Beyond int64, which counts an extended resource: refused as such, and 1e26 read as written
+        # (not the double 100000000000000004764729344).
+        (1e26, "nvidia.com/gpu 1e+26 is beyond the largest count Kubernetes schedules (2^63-1)"),
+        ("1e26", "nvidia.com/gpu 1e26 is beyond the largest count Kubernetes schedules (2^63-1)"),
+        (2**63, f"nvidia.com/gpu {2**63} is beyond the largest count Kubernetes schedules (2^63-1)"),
     ],
 )
 def test_unusable_quantities_are_reported_and_left(value: Any, why: str) -> None:
