@@ -8,8 +8,9 @@ migrated manifest gives exactly the pods the webhook would have made of the orig
 * ``-f DIR``: every ``*.yaml``, ``*.yml`` and ``*.json`` below DIR (hidden directories skipped)
   is migrated into the same relative path under ``-o DIR``, which must lie outside DIR; files that
   need nothing are copied unchanged, so the output tree is complete. A directory is never
-  rewritten in place (``-o`` is required, except with ``--check``), and nothing is written unless
-  every file parsed.
+  rewritten in place (``-o`` is required, except with ``--check``). A file that cannot be read or
+  parsed does not stop the walk: each one gets its one-line error on stderr, every other file is
+  migrated (or checked), and the exit code is 2 at the end.
 * ``--check``: nothing is written; stdout lists what would change, the exit code is 1 when
   anything still requests GPUs through extended resources (migratable or not), 0 otherwise.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpucluster.commands import Subparsers
-from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError
 from gpucluster.manifests import read_text
 from gpucluster.migrate import MigrateResult, Workload, migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
@@ -71,8 +72,9 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = Path(args.filename)
+    errors: list[InputError] = []
     if args.filename != "-" and source.is_dir():
-        pairs = _migrate_tree(source, args)
+        pairs = _migrate_tree(source, args, errors)
     else:
         name = "<stdin>" if args.filename == "-" else args.filename
         text = read_text(args.filename)
@@ -81,9 +83,14 @@ def run(args: argparse.Namespace) -> int:
         )
         pairs = [(result, _file_target(args))]
     results = [result for result, _ in pairs]
+    for error in errors:
+        print(f"gpucluster migrate: {error}", file=sys.stderr)
     if args.check:
         _print_check(results, sys.stdout)
         _print_report(results, sys.stderr, details=False)
+        _print_errors(errors, sys.stderr)
+        if errors:
+            return EXIT_USAGE
         return EXIT_NEGATIVE if any(r.needs_migration for r in results) else EXIT_OK
     for result, target in pairs:
         if target is None:
@@ -91,7 +98,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             _write(target, result.text)
     _print_report(results, sys.stderr, details=True)
-    return EXIT_OK
+    _print_errors(errors, sys.stderr)
+    return EXIT_USAGE if errors else EXIT_OK
+
+
+def _print_errors(errors: list[InputError], out: TextIO) -> None:
+    if errors:
+        files = f"{len(errors)} file" + ("" if len(errors) == 1 else "s")
+        print(f"gpucluster migrate: {files} not migrated (cannot be read or parsed, listed above)", file=out)
 
 
 def _is_json(path: str) -> bool | None:
@@ -121,7 +135,10 @@ def manifest_files(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _migrate_tree(root: Path, args: argparse.Namespace) -> list[tuple[MigrateResult, Path | None]]:
+def _migrate_tree(
+    root: Path, args: argparse.Namespace, errors: list[InputError]
+) -> list[tuple[MigrateResult, Path | None]]:
+    """Every manifest below ``root``; a file that cannot be read or parsed goes to ``errors``."""
     out_root: Path | None = None
     if not args.check:
         if not args.output:
@@ -139,13 +156,17 @@ def _migrate_tree(root: Path, args: argparse.Namespace) -> list[tuple[MigrateRes
             raise InputError(f"-o {args.output}: exists and is not a directory")
     pairs: list[tuple[MigrateResult, Path | None]] = []
     for path in manifest_files(root):
-        result = migrate_text(
-            read_text(str(path)),
-            str(path),
-            config=WEBHOOK_CONFIG,
-            opt_out_label=TRANSLATE_LABEL,
-            json_input=_is_json(str(path)),
-        )
+        try:
+            result = migrate_text(
+                read_text(str(path)),
+                str(path),
+                config=WEBHOOK_CONFIG,
+                opt_out_label=TRANSLATE_LABEL,
+                json_input=_is_json(str(path)),
+            )
+        except InputError as exc:
+            errors.append(exc)
+            continue
         pairs.append((result, out_root / path.relative_to(root) if out_root is not None else None))
     return pairs
 

@@ -123,17 +123,57 @@ def test_bad_yaml_exits_2_naming_file_and_line(
     assert "invalid YAML" in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_file_in_a_directory_writes_nothing(
-    gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def bad_tree(tmp_path: Path) -> Path:
+    """Two good manifests and four bad ones: YAML syntax, a duplicate key, invalid JSON, not UTF-8."""
     source = tmp_path / "manifests"
-    source.mkdir()
+    (source / "sub").mkdir(parents=True)
     shutil.copy(INPUT / "pod.json", source / "a.json")
     (source / "b.yaml").write_text("kind: Pod\nspec: {containers: [}\n")
+    (source / "sub" / "c.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n")
+    (source / "sub" / "d.json").write_text('{"kind": "Pod",}\n')
+    (source / "sub" / "e.yml").write_bytes(b"kind: Pod\nmetadata: {name: \xff}\n")
+    shutil.copy(INPUT / "workloads.yaml", source / "sub" / "workloads.yaml")
+    return source
+
+
+BAD = ("b.yaml", "sub/c.yaml", "sub/d.json", "sub/e.yml")
+
+
+def test_bad_files_in_a_directory_are_all_reported_and_the_rest_is_migrated(
+    gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = bad_tree(tmp_path)
     out = tmp_path / "out"
     assert gpucluster("migrate", "-f", str(source), "-o", str(out)) == 2
-    assert f"{source / 'b.yaml'}:2:" in capsys.readouterr().err
-    assert not out.exists()
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith(f"gpucluster migrate: {source}")]
+    assert [line.split(": ")[1].split(":")[0] for line in errors] == [str(source / name) for name in BAD]
+    assert f"gpucluster migrate: {source / 'b.yaml'}:2:" in err
+    assert f"gpucluster migrate: {source / 'sub/c.yaml'}:5:" in err and "duplicate" in err
+    assert f"gpucluster migrate: {source / 'sub/d.json'}:1:" in err and "invalid JSON" in err
+    assert f"gpucluster migrate: {source / 'sub/e.yml'}: not UTF-8" in err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "gpucluster migrate: 4 files not migrated (cannot be read or parsed, listed above)"
+    assert err.splitlines()[-2].endswith("; 2 of 2 files changed")
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["a.json", "sub/workloads.yaml"]
+    assert (out / "a.json").read_text() == (EXPECTED / "pod.json").read_text()
+    assert (out / "sub/workloads.yaml").read_text() == (EXPECTED / "workloads.yaml").read_text()
+
+
+def test_check_of_a_directory_with_bad_files_checks_the_rest_and_exits_2(
+    gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = bad_tree(tmp_path)
+    assert gpucluster("migrate", "-f", str(source), "--check") == 2
+    out, err = capsys.readouterr()
+    assert f"would migrate {source / 'sub/workloads.yaml'}: Deployment ml/triton" in out
+    for name in BAD:
+        assert f"gpucluster migrate: {source / name}:" in err
+    # Only bad files, nothing to migrate: still 2, never 0.
+    for name in ("a.json", "sub/workloads.yaml"):
+        (source / name).unlink()
+    assert gpucluster("migrate", "-f", str(source), "--check") == 2
 
 
 def test_missing_file_exits_2(gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
