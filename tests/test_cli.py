@@ -87,7 +87,7 @@ def test_validate_reports_each_problem_with_its_path(tmp_path: Path) -> None:
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 3
-    assert all(line.startswith(f"{path}: spec.draDriver.") for line in lines)
+    assert all(line.startswith(f"gpucluster validate: {path}: spec.draDriver.") for line in lines)
     joined = "\n".join(lines)
     assert "spec.draDriver.gpus.kubeletPlugin.healthcheck.port: Invalid value: 70000" in joined
     assert 'spec.draDriver.imagePullPolicy: Unsupported value: "Sometimes"' in joined
@@ -126,6 +126,7 @@ def test_validate_bad_files_fail_with_one_line(tmp_path: Path, content: str, fra
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert fragment in out.stderr
+    assert out.stderr.startswith(f"gpucluster validate: {path}"), out.stderr  # every error alike
 
 
 def test_validate_missing_file() -> None:

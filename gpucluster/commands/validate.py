@@ -26,11 +26,15 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+# Every line on stderr carries the command's name, as the CLI's input errors do.
+PREFIX = "gpucluster validate"
+
+
 def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.filename == "-" else args.filename
     objects = load_objects(args.filename)
     if not objects:
-        print(f"{source}: no objects found", file=sys.stderr)
+        print(f"{PREFIX}: {source}: no objects found", file=sys.stderr)
         return EXIT_USAGE
     defaulted = []
     failed = False
@@ -38,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         where = source if len(objects) == 1 else f"{source} (document {index})"
         result = validate_gpucluster(obj)
         for warning in result.warnings:
-            print(f"{where}: warning: {warning}", file=sys.stderr)
+            print(f"{PREFIX}: {where}: warning: {warning}", file=sys.stderr)
         for problem in result.problems:
-            print(f"{where}: {problem}", file=sys.stderr)
+            print(f"{PREFIX}: {where}: {problem}", file=sys.stderr)
         if result.ok and result.obj is not None:
             defaulted.append(result.obj.to_dict())
         else:
