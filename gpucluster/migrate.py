@@ -34,8 +34,9 @@ Structurally, in every object of the stream (documents, and the items of a ``Lis
   in place (the original requests cannot be recorded there).
 
 GPU requests anywhere else (``limits``/``requests`` outside these pod specs, such as a
-``ServingRuntime``'s containers or a TrainJob's ``resourcesPerNode``, and manifests or patches
-embedded in strings) are reported as not migrated, with where they are. A manifest embedded in a
+``ServingRuntime``'s containers or a TrainJob's ``resourcesPerNode``, operators' own GPU fields
+such as a SparkApplication's ``spec.executor.gpu`` or a VLLMRuntime's ``gpuType``, and manifests
+or patches embedded in strings) are reported as not migrated, with where they are. A manifest embedded in a
 string is parsed (YAML or JSON) and judged by what it asks for; text that does not parse
 (template syntax) is read as text. Zero counts (``nvidia.com/gpu: 0``) ask for nothing, and
 capacity limits (a Karpenter ``NodePool``'s ``spec.limits``) are not requests: neither is reported.
@@ -145,6 +146,8 @@ _EMBEDDED_GPU = re.compile(
 CAPACITY_LIMITS: dict[tuple[str, str], Path] = {
     ("karpenter.sh", "NodePool"): ("spec", "limits"),
 }
+# KubeAI's resource profiles ("nvidia-gpu-l4:1"): its default NVIDIA profiles ask for nvidia.com/gpu.
+_KUBEAI_NVIDIA_PROFILE = re.compile(r"^(nvidia-[\w.-]*):(\d+)$")
 # The translation's words for a container whose GPU resources are all zero: nothing to migrate.
 _ZERO_PROBLEM = "asks for no device; container left unchanged"
 
@@ -863,6 +866,7 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
     mapping = _mapping(node)
     if mapping is not None:
         if not inside:
+            ctx.unhandled.extend(_operator_fields(ctx, mapping, where))
             found = {
                 s: _gpu_names(_mapping(mapping.get(s)), ctx.config)
                 for s in ("limits", "requests")
@@ -898,6 +902,38 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
             f"{ctx.obj} {_fmt(where)}: text embedded in a string (a manifest or patch gpucluster does not "
             f"rewrite): {what}; migrate it by hand"
         )
+
+
+def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> list[str]:
+    """GPU requests in an operator's own fields, from which the operator makes pods that ask for
+    the extended resource. None of these operators has a DRA form for them: each is reported,
+    with its path, for manual migration (zero counts ask for nothing).
+
+    * ``{name: nvidia.com/gpu, quantity: N}``: the Spark operator's GPUSpec (SparkApplication
+      ``spec.driver.gpu``, ``spec.executor.gpu``), and any field of that shape;
+    * ``{gpuType: nvidia.com/gpu, gpu: N}``: the vLLM production stack's VLLMRuntime
+      (``spec.deploymentConfig.resources``, and its prefill/decode variants);
+    * KubeAI ``Model`` ``spec.resourceProfile: nvidia-...:N``: KubeAI's NVIDIA profiles.
+    """
+    found: list[str] = []
+    manual = "the operator adds it to the pods it creates and has no DRA form for it; migrate it by hand"
+    name, quantity = mapping.get("name"), mapping.get("quantity")
+    if _is_gpu(name, ctx.config) and "quantity" in mapping and not _is_zero(quantity):
+        found.append(f"{ctx.obj} {_fmt(where)}: {name} {plain(quantity)} (operator field); {manual}")
+    gpu_type, count = mapping.get("gpuType"), mapping.get("gpu")
+    if _is_gpu(gpu_type, ctx.config) and not _is_zero(count):
+        amount = f", {_fmt((*where, 'gpu'))}: {plain(count)}" if "gpu" in mapping else ""
+        found.append(f"{ctx.obj} {_fmt((*where, 'gpuType'))}: {gpu_type}{amount} (operator field); {manual}")
+    group = str(ctx.root.get("apiVersion") or "").partition("/")[0]
+    profile = mapping.get("resourceProfile")
+    if where == ("spec",) and group == "kubeai.org" and isinstance(profile, str):
+        match = _KUBEAI_NVIDIA_PROFILE.match(profile.strip())
+        if match and int(match.group(2)) > 0:
+            found.append(
+                f"{ctx.obj} spec.resourceProfile: {profile} (KubeAI's {match.group(1)} profile asks for "
+                f"nvidia.com/gpu in its default configuration); {manual}"
+            )
+    return found
 
 
 def _embedded_requests(text: str, config: TranslationConfig) -> list[str] | None:
