@@ -3,7 +3,8 @@
 Prints what the controller would apply for the GPUCluster in FILE, as a YAML stream in apply
 order. Offline, the facts the controller learns from the cluster are assumed: the operator's
 image variables (DRA_DRIVER_IMAGE, DCGM_EXPORTER_IMAGE, DCGM_IMAGE, VALIDATOR_IMAGE) come from
-this process's environment, the ServiceMonitor CRD is taken as served (a ServiceMonitor the CR
+this process's environment, else from the chart's defaults as the chart gives them to the
+operator (stderr says which), the ServiceMonitor CRD is taken as served (a ServiceMonitor the CR
 asks for is shown), the cluster is not OpenShift, and owner references are set only when the
 file carries ``metadata.uid``.
 """
@@ -18,6 +19,7 @@ import sys
 from controller.operands import DEFAULT_NAMESPACE, ClusterFacts, render
 from gpucluster.api.validation import validate_gpucluster
 from gpucluster.commands import Subparsers
+from gpucluster.commands.run import chart_env
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.manifests import dump_yaml_stream, load_objects
 
@@ -32,7 +34,8 @@ def register(subparsers: Subparsers) -> None:
             "Render the objects the controller applies for a GPUCluster (DRA driver, DCGM, DCGM "
             "Exporter, DRA validator), in apply order. Operand images missing from the GPUCluster "
             "come from DRA_DRIVER_IMAGE, DCGM_EXPORTER_IMAGE, DCGM_IMAGE and VALIDATOR_IMAGE in the "
-            "environment. Bad input exits 2 with the field path."
+            "environment, else from the chart's defaults (named on stderr). Bad input exits 2 with "
+            "the field path."
         ),
     )
     parser.add_argument("-f", "--filename", required=True, metavar="FILE", help="GPUCluster manifest, or - for stdin")
@@ -59,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
     namespace: str = args.namespace
     if not _DNS_LABEL.match(namespace) or len(namespace) > 63:
         raise InputError(f'--namespace: Invalid value: "{namespace}": must be a DNS label (lowercase, digits, -)')
-    facts = ClusterFacts.from_environ(os.environ, namespace=namespace, service_monitor_crd=True)
+    defaults = {k: v for k, v in chart_env().items() if k.endswith("_IMAGE") and not os.environ.get(k)}
+    if defaults:
+        used = ", ".join(f"{k}={v}" for k, v in sorted(defaults.items()))
+        print(f"gpucluster render: images the GPUCluster does not name come from the chart's defaults: {used}",
+              file=sys.stderr)  # fmt: skip
+    facts = ClusterFacts.from_environ({**defaults, **os.environ}, namespace=namespace, service_monitor_crd=True)
     try:
         rendered = render(result.obj, facts)
     except InputError as exc:

@@ -86,13 +86,16 @@ def test_image_from_the_environment(
     assert "image: registry.example.com/dra-driver:v9" in capsys.readouterr().out
 
 
-def test_missing_image_is_exit_2_naming_the_field(tmp_path: Path) -> None:
+def test_an_unusable_image_variable_is_exit_2_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = "apiVersion: nvidia.com/v1alpha1\nkind: GPUCluster\nmetadata: {name: gpu-cluster}\n"
     path = write(tmp_path, text)
+    monkeypatch.setenv("DRA_DRIVER_IMAGE", "Not A Reference")
     with pytest.raises(InputError) as info:
         render.run(parse("-f", path))
     assert info.value.exit_code == 2
-    assert str(info.value).startswith(f"{path}: spec.draDriver.version: Required value")
+    assert str(info.value).startswith(f"{path}: spec.draDriver.version: no image for the DRA driver")
     assert "\n" not in str(info.value)
 
 
@@ -129,3 +132,28 @@ def test_unknown_fields_warn_on_stderr(tmp_path: Path, capsys: pytest.CaptureFix
     text = GOOD.replace("  dcgmExporter:", "  bogus: 1\n  dcgmExporter:")
     assert render.run(parse("-f", write(tmp_path, text))) == EXIT_OK
     assert 'warning: unknown field "spec.bogus"' in capsys.readouterr().err
+
+
+def test_images_the_gpucluster_does_not_name_come_from_the_charts_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`render -f examples/gpucluster.yaml` used to exit 2 ("no image for the DRA driver") unless
+    the image variables were set, while `gpucluster run` accepts the same file."""
+    for name in ("DRA_DRIVER_IMAGE", "DCGM_IMAGE", "DCGM_EXPORTER_IMAGE", "VALIDATOR_IMAGE"):
+        monkeypatch.delenv(name, raising=False)
+    example = Path(__file__).resolve().parents[2] / "examples" / "gpucluster.yaml"
+    assert render.run(parse("-f", str(example))) == EXIT_OK
+    out, err = capsys.readouterr()
+    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts/gpucluster/values.yaml").read_text())
+    driver = values["gpuCluster"]["draDriver"]
+    wanted = f"{driver['repository']}/{driver['image']}:{driver['version']}"
+    images = {c["image"] for d in yaml.safe_load_all(out) if d and d["kind"] == "DaemonSet"
+              for c in d["spec"]["template"]["spec"]["containers"]}  # fmt: skip
+    assert wanted in images
+    assert err.startswith("gpucluster render: images the GPUCluster does not name come from the chart's defaults: ")
+    assert f"DRA_DRIVER_IMAGE={wanted}" in err
+    # What the environment names wins, and is not reported as a default.
+    monkeypatch.setenv("DRA_DRIVER_IMAGE", "registry.example.com/dra/driver:v9")
+    assert render.run(parse("-f", str(example))) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "registry.example.com/dra/driver:v9" in out and "DRA_DRIVER_IMAGE=" not in err
