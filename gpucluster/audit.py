@@ -34,6 +34,7 @@ it with the cluster's Namespaces, DeviceClasses, ResourceClaimTemplates and Reso
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -43,7 +44,7 @@ from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import clone
 from gpucluster.migrate import KSERVE_FRAMEWORKS, format_path
 from gpucluster.policy import WEBHOOK_CONFIG
-from gpucluster.translate import parse_quantity
+from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, parse_quantity
 
 __all__ = [
     "CUSTOM_KINDS",
@@ -53,6 +54,7 @@ __all__ = [
     "Ref",
     "audit",
     "custom_pod_templates",
+    "dedupe",
     "is_custom_workload",
     "pod_template",
     "requested_gpus",
@@ -75,8 +77,15 @@ WORKLOAD_KINDS: Mapping[str, tuple[str, ...]] = {
 # Custom resources that carry pod templates (the kinds ``gpucluster migrate`` rewrites), by API
 # group: listed directly, so a suspended job, a RayCluster scaled to zero or a TrainingRuntime no
 # TrainJob has started yet is seen before any pod exists.
+# Templates are found by shape (:func:`custom_pod_templates`), as ``gpucluster migrate`` finds them:
+# Katib's Experiment (``spec.trialTemplate.trialSpec``, a Job or training job) and Trial
+# (``spec.runSpec``), AIBrix's StormService and RoleSet (``roles[].template``), RayClusterFleet and
+# RayClusterReplicaSet (a RayCluster spec under ``spec.template.spec``), KAITO's Workspace
+# (``inference.template``).
 CUSTOM_KINDS: Mapping[str, frozenset[str]] = {
-    "kubeflow.org": frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook"}),
+    "kubeflow.org": frozenset(
+        {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook", "Experiment", "Trial"}
+    ),
     "trainer.kubeflow.org": frozenset({"TrainingRuntime", "ClusterTrainingRuntime"}),
     "ray.io": frozenset({"RayCluster", "RayJob", "RayService"}),
     "jobset.x-k8s.io": frozenset({"JobSet"}),
@@ -86,6 +95,8 @@ CUSTOM_KINDS: Mapping[str, frozenset[str]] = {
         {"InferenceService", "LLMInferenceService", "ServingRuntime", "ClusterServingRuntime"}
     ),
     "batch.volcano.sh": frozenset({"Job"}),
+    "orchestration.aibrix.ai": frozenset({"StormService", "RoleSet", "RayClusterFleet", "RayClusterReplicaSet"}),
+    "kaito.sh": frozenset({"Workspace"}),
 }
 # KServe predictor/explainer framework fields: each inlines the main container.
 _KSERVE_FRAMEWORKS = frozenset(KSERVE_FRAMEWORKS)
@@ -113,7 +124,7 @@ class Finding:
     name: str
     chain: list[Ref]  # from the lowest object (a pod when one runs) up to the root owner
     pods: int  # live pods that still hold extended-resource GPU requests
-    translated_pods: int  # live pods the webhook already translated
+    translated_pods: int  # live pods the webhook translated when they were created (they rely on it)
     gpus: dict[str, str]  # resource -> quantity per pod
     action: str  # translate | warn | skip
     reason: str
@@ -122,6 +133,11 @@ class Finding:
     @property
     def workload(self) -> str:
         return f"{self.kind}/{self.name}"
+
+    @property
+    def running_pods(self) -> int:
+        """Live pods of the workload: those still holding extended resources and those translated."""
+        return self.pods + self.translated_pods
 
     @property
     def chain_kinds(self) -> str:
@@ -135,6 +151,7 @@ class Finding:
             "chain": [ref.to_json() for ref in self.chain],
             "pods": self.pods,
             "translatedPods": self.translated_pods,
+            "runningPods": self.running_pods,
             "gpus": dict(self.gpus),
             "webhook": {"action": self.action, "reason": self.reason},
             "notes": list(self.notes),
@@ -307,14 +324,136 @@ def _synthesise_pod(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
+# ----------------------------------------------------------------------------- translated pods
+
+
+def _translated_by_webhook(pod: Mapping[str, Any]) -> bool:
+    """A live pod the webhook translated at admission: it carries the webhook's label and record
+    (a migrated manifest's pods carry the record only, except for cluster-scoped templates, whose
+    owner chain shows the migrated template)."""
+    meta = metadata(pod)
+    labels, annotations = _dict(meta.get("labels")), _dict(meta.get("annotations"))
+    return labels.get(TRANSLATED_LABEL) == "true" and WEBHOOK_CONFIG.annotation in annotations
+
+
+def _recorded(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The original GPU requests a translated pod records, by container (empty when unreadable)."""
+    raw = _dict(metadata(pod).get("annotations")).get(WEBHOOK_CONFIG.annotation)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return {}
+    containers = _dict(_dict(value).get("containers"))
+    return {str(name): {str(k): str(v) for k, v in _dict(res).items()} for name, res in containers.items()}
+
+
+def _untranslated(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as its manifest wrote it, before the webhook translated it: the recorded requests
+    back in the limits, the webhook's claims, label and annotations gone."""
+    meta = metadata(pod)
+    spec = clone(dict(_dict(pod.get("spec"))))
+    annotations = {k: v for k, v in _dict(meta.get("annotations")).items()}
+    templates = annotations.get(TEMPLATES_ANNOTATION)
+    try:
+        ours = set(_dict(json.loads(templates))) if isinstance(templates, str) else set()
+    except ValueError:
+        ours = set()
+    claims = [c for c in _list(spec.get("resourceClaims")) if isinstance(c, Mapping)]
+    webhook_claims = {
+        str(c.get("name"))
+        for c in claims
+        if c.get("resourceClaimTemplateName") in ours
+        or str(c.get("name")).startswith(f"{WEBHOOK_CONFIG.claim_prefix}-")
+    }
+    kept = [c for c in claims if str(c.get("name")) not in webhook_claims]
+    if kept:
+        spec["resourceClaims"] = kept
+    else:
+        spec.pop("resourceClaims", None)
+    record = _recorded(pod)
+    for key in ("containers", "initContainers"):
+        for container in _list(spec.get(key)):
+            if not isinstance(container, dict):
+                continue
+            resources: dict[str, Any] = container["resources"] if isinstance(container.get("resources"), dict) else {}
+            own = [c for c in _list(resources.get("claims")) if _dict(c).get("name") not in webhook_claims]
+            if own:
+                resources["claims"] = own
+            else:
+                resources.pop("claims", None)
+            asked = record.get(str(container.get("name")))
+            if asked:
+                resources["limits"] = {**_dict(resources.get("limits")), **asked}
+            if resources:
+                container["resources"] = resources
+    labels = {k: v for k, v in _dict(meta.get("labels")).items() if k != TRANSLATED_LABEL}
+    for key in (WEBHOOK_CONFIG.annotation, TEMPLATES_ANNOTATION):
+        annotations.pop(key, None)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**meta, "labels": labels, "annotations": annotations},
+        "spec": spec,
+    }
+
+
 # ----------------------------------------------------------------------------- audit
+
+
+def _dedupe_key(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    meta = metadata(obj)
+    if meta.get("uid"):
+        return ("uid", str(meta["uid"]))
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    return ("name", str(meta.get("namespace") or ""), group, str(obj.get("kind")), str(meta.get("name") or ""))
+
+
+def dedupe(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each object once: the same custom resource listed under several served versions of its
+    group is one object (by ``metadata.uid``, else namespace, group, kind and name); the first seen is kept."""
+    seen: set[tuple[str, ...]] = set()
+    out: list[Mapping[str, Any]] = []
+    for obj in objects:
+        key = _dedupe_key(obj)
+        if key not in seen:
+            seen.add(key)
+            out.append(obj)
+    return out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _advice(action: str, pods: int) -> str | None:
+    """What to do about live pods still holding extended resources, from the webhook's decision."""
+    if not pods:
+        return None
+    these = _plural(pods, "live pod")
+    if action == "translate":
+        return (
+            f"{these} admitted without translation (created before the webhook served, or while it was "
+            "unavailable): recreate them to get DRA claims"
+        )
+    if action == "skip":
+        return (
+            f"{these} {'keeps' if pods == 1 else 'keep'} extended resources because the webhook declines "
+            f"{'it' if pods == 1 else 'them'} on purpose (the reason given); recreating would not change that"
+        )
+    return f"{these} {'keeps' if pods == 1 else 'keep'} extended resources (the webhook only warns)"
 
 
 def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Finding]:
     """Findings for the listed objects (Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets,
-    Jobs, CronJobs, plus the Namespaces, DeviceClasses, ResourceClaimTemplates and ResourceClaims the
-    webhook reads), sorted by namespace, kind and name; ``decide`` says what the webhook would do."""
-    objects = list(objects)
+    Jobs, CronJobs, custom resources of :data:`CUSTOM_KINDS`, plus the Namespaces, DeviceClasses,
+    ResourceSlices, ResourceClaimTemplates and ResourceClaims the webhook reads), sorted by
+    namespace, kind and name; ``decide`` says what the webhook would do.
+
+    A finding is a workload whose pod template still asks for GPUs through extended resources, or
+    whose live pods rely on the webhook's translation (translated at admission while no listed owner
+    has a migrated template: a bare pod, a pod of an owner not listed). Objects seen twice (a custom
+    resource under two served versions) count once."""
+    objects = dedupe(objects)
     cluster = ClusterState.from_objects(objects)
     workloads = [o for o in objects if str(o.get("kind")) in WORKLOAD_KINDS or is_custom_workload(o)]
     by_uid = _uid_index(workloads)
@@ -372,42 +511,80 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
     for key, anchor in anchors.items():
         members.setdefault(anchor, []).append(key)
 
-    translated: dict[_Key, int] = {}
+    # Pods the webhook translated, by the finding they belong to: up their owner chain (by uid) to
+    # the first listed owner with a pod template (legacy: its finding; migrated: nothing relies on
+    # translation), else to the first owner not listed, else the pod itself.
+    translated: dict[_Key, list[_Key]] = {}
     for key, obj in by_key.items():
-        if key[1] != "Pod" or key in legacy:
-            continue
         annotations = _dict(metadata(obj).get("annotations"))
-        if WEBHOOK_CONFIG.annotation not in annotations:
+        if key[1] != "Pod" or key in legacy or WEBHOOK_CONFIG.annotation not in annotations:
             continue
-        up = owner(obj, key[0])
-        if up is None:
-            continue
-        ref, found = up
-        owner_key = _key(key[0], _ref(found) if found is not None else ref)
-        anchor = anchors.get(owner_key, owner_key)
-        translated[anchor] = translated.get(anchor, 0) + 1
+        namespace = key[0]
+        target: _Key | None = key
+        climbing: Mapping[str, Any] = obj
+        under_legacy = False
+        for _ in range(16):
+            up = owner(climbing, namespace)
+            if up is None:
+                break
+            ref, found = up
+            if found is None:
+                target = _key(namespace, ref)
+                break
+            found_key = _key(namespace, _ref(found))
+            if found_key in legacy:
+                target, under_legacy = anchors.get(found_key, found_key), True
+                break
+            if pod_template(found) is not None:
+                target = None  # its owner's template is migrated: the next pods need no translation
+                break
+            climbing = found
+        # Without a legacy owner only the webhook's own label tells translation from a migrated manifest.
+        if target is not None and (under_legacy or _translated_by_webhook(obj)):
+            translated.setdefault(target, []).append(key)
 
     findings: list[Finding] = []
-    for anchor, keys in members.items():
+    for anchor in sorted({*members, *translated}):
+        keys = members.get(anchor, [])
         namespace = anchor[0]
         pods = sorted((k for k in keys if k[1] == "Pod"), key=lambda k: k[2])
+        relying = sorted(translated.get(anchor, []), key=lambda k: k[2])
         anchor_obj = legacy.get(anchor)
         old_revision = anchor in migrated_owner
-        if old_revision and not pods:
+        if old_revision and not pods and not relying:
             continue  # an old revision kept for rollbacks runs nothing
-        # The lowest member shows the chain: a pod when one runs, else the deepest object.
-        lowest = pods[0] if pods else min(keys, key=lambda k: (_KIND_ORDER.get(k[1], 99), k[2]))
-        refs = chain(legacy[lowest], namespace)
-        source = anchor_obj if anchor_obj is not None else legacy[pods[0]]
-        pod = _synthesise_pod(source, namespace)
-        action, reason = decide(pod, namespace, cluster)
         notes: list[str] = []
+        if keys:
+            # The lowest member shows the chain: a pod when one runs, else the deepest object.
+            if pods or not relying:
+                lowest = pods[0] if pods else min(keys, key=lambda k: (_KIND_ORDER.get(k[1], 99), k[2]))
+                refs = chain(legacy[lowest], namespace)
+            else:
+                refs = chain(by_key[relying[0]], namespace)  # a translated pod shows the chain
+            source: Mapping[str, Any] = anchor_obj if anchor_obj is not None else legacy[pods[0]]
+            pod = _synthesise_pod(source, namespace)
+        else:
+            # Only pods the webhook translated: decide on the pod their manifest asked for.
+            refs = chain(by_key[relying[0]], namespace)
+            pod = _synthesise_pod(_untranslated(by_key[relying[0]]), namespace)
+        action, reason = decide(pod, namespace, cluster)
         if old_revision:
             notes.append(f"owner {migrated_owner[anchor]} is already migrated; these pods are from an older revision")
         if anchor_obj is not None and is_custom_workload(anchor_obj):
             notes.extend(_custom_template(anchor_obj)[1])
-        if anchor_obj is None:
-            notes.append(f"owner {anchor[1]}/{anchor[2]} was not listed; decision from pod {pods[0][2]}")
+        if anchor_obj is None and (anchor[1], anchor[2]) != (refs[0].kind, refs[0].name):
+            where = f"pod {pods[0][2]}" if pods else f"the translated pod {relying[0][2]}"
+            notes.append(f"owner {anchor[1]}/{anchor[2]} was not listed; decision from {where}")
+        advice = _advice(action, len(pods))
+        if advice:
+            notes.append(advice)
+        if relying:
+            one = len(relying) == 1
+            notes.append(
+                f"{_plural(len(relying), 'live pod')} translated by the webhook when created: "
+                f"{'it relies' if one else 'they rely'} on translation until the manifest is migrated "
+                "(gpucluster migrate)"
+            )
         findings.append(
             Finding(
                 namespace=namespace,
@@ -415,7 +592,7 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
                 name=anchor[2],
                 chain=refs,
                 pods=len(pods),
-                translated_pods=translated.get(anchor, 0),
+                translated_pods=len(relying),
                 gpus=requested_gpus(_dict(pod.get("spec"))),
                 action=action,
                 reason=reason,

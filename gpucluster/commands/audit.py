@@ -1,18 +1,20 @@
 """``gpucluster audit [--kubeconfig F] [-o table|json]``: workloads that still request GPUs the legacy way.
 
 Lists (paginated) Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and
-Namespaces, plus DeviceClasses, ResourceClaimTemplates and ResourceClaims (the webhook's view;
+Namespaces, plus DeviceClasses, ResourceSlices, ResourceClaimTemplates and ResourceClaims (the webhook's view;
 skipped when ``resource.k8s.io/v1`` is not served) and MutatingWebhookConfigurations (to tell
 whether our pod webhook is installed; skipped when not allowed); a kind the server does not
 serve counts as empty. Custom resources that carry pod templates (:data:`gpucluster.audit.CUSTOM_KINDS`:
-Kubeflow jobs and runtimes, Ray, JobSet, LeaderWorkerSet, Argo, KServe, Volcano) are found through
+Kubeflow jobs and runtimes, Katib, Ray, AIBrix, KAITO, JobSet, LeaderWorkerSet, Argo, KServe, Volcano) are found through
 discovery and listed too; a kind that may not be listed is named on stderr (and in ``notListed``). Then
 it reports through
-:func:`gpucluster.audit.audit`. Exit 0 when no workload requests GPUs through extended
-resources, 1 when some do, 2 on error (bad kubeconfig, API server unreachable, list forbidden).
+:func:`gpucluster.audit.audit`. Custom kinds are discovered at every served version of their group
+(each kind listed once) and objects seen twice count once. Exit 0 when nothing is legacy, 1 when a
+workload still requests GPUs through extended resources or a live pod relies on the webhook's
+translation, 2 on error (bad kubeconfig, API server unreachable, list forbidden).
 
 ``-o json`` prints ``{"webhookInstalled": true|false|null, "workloads": [...], "notListed": [...]}``, each workload
-``{"namespace", "kind", "name", "chain": [{"kind", "name"}, ...], "pods", "translatedPods",
+``{"namespace", "kind", "name", "chain": [{"kind", "name"}, ...], "pods", "translatedPods", "runningPods",
 "gpus": {resource: quantity per pod}, "webhook": {"action": "translate"|"warn"|"skip", "reason"},
 "notes": [...]}``; ``chain`` runs from the lowest object (a pod when one runs) to the root owner.
 """
@@ -27,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from gpucluster.audit import Finding, audit
+from gpucluster.audit import Finding, audit, dedupe
 from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError, KubeObject
@@ -48,6 +50,7 @@ LISTED: tuple[tuple[str, str, bool], ...] = (
     ("batch/v1", "Job", True),
     ("batch/v1", "CronJob", True),
     ("resource.k8s.io/v1", "DeviceClass", False),
+    ("resource.k8s.io/v1", "ResourceSlice", False),  # MIG profiles the nodes publish (the webhook's bound)
     ("resource.k8s.io/v1", "ResourceClaimTemplate", False),
     ("resource.k8s.io/v1", "ResourceClaim", False),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", False),
@@ -62,8 +65,9 @@ def register(subparsers: Subparsers) -> None:
         help="list workloads in a cluster that still request GPUs through extended resources",
         description=(
             "List the workloads of the cluster whose pods (or pod templates) still request nvidia.com/gpu or "
-            "nvidia.com/mig-* extended resources: owner chain, namespace, GPUs per pod, and what the webhook does "
-            "when it creates their pods. Exit 0 none found, 1 some found, 2 error."
+            "nvidia.com/mig-* extended resources, or whose live pods rely on the webhook's translation: owner chain, "
+            "namespace, GPUs per pod, and what the webhook does when it creates their pods. "
+            "Exit 0 nothing legacy found, 1 some found, 2 error."
         ),
     )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube)")
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     collected = asyncio.run(collect(args.kubeconfig))
     installed = collected.webhook_installed
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
-    findings = audit(collected.objects, decide=decider(settings))
+    findings = audit(dedupe(collected.objects), decide=decider(settings))
     if args.output == "json":
         out = {
             "webhookInstalled": installed,
@@ -100,11 +104,14 @@ def run(args: argparse.Namespace) -> int:
             "pods are created exactly as their manifests say",
             file=sys.stderr,
         )
-    pods = sum(f.pods for f in findings)
     if findings:
+        running = sum(f.running_pods for f in findings)
+        translated = sum(f.translated_pods for f in findings)
+        detail = f", {translated} translated by the webhook" if translated else ""
         print(
             f"gpucluster audit: {len(findings)} workload{'' if len(findings) == 1 else 's'} "
-            f"({pods} running pod{'' if pods == 1 else 's'}) still request GPUs through extended resources",
+            f"({running} running pod{'' if running == 1 else 's'}{detail}) "
+            "still request GPUs through extended resources",
             file=sys.stderr,
         )
         return EXIT_NEGATIVE
@@ -119,7 +126,7 @@ def table(findings: list[Finding]) -> str:
             f.namespace or "-",
             f.workload,
             f.chain_kinds,
-            str(f.pods),
+            str(f.running_pods) + (f" ({f.translated_pods} translated)" if f.translated_pods else ""),
             ",".join(f"{name}={qty}" for name, qty in f.gpus.items()) or "-",
             f.action,
             "; ".join([f.reason, *f.notes]),
@@ -180,27 +187,48 @@ class Collected:
 
 async def custom_collections(kube: Kube) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, collection path) of the custom kinds with pod templates the server serves
-    (:data:`gpucluster.audit.CUSTOM_KINDS`), found through discovery at each group's preferred version."""
+    (:data:`gpucluster.audit.CUSTOM_KINDS`), found through discovery at every served version of each
+    group: the CRDs of one group serve different versions (kubeflow.org: PyTorchJob at v1, MPIJob only
+    at v2beta1). Each kind is listed once: at the group's preferred version when served there, else
+    at the first served version (in discovery's order) that has it."""
     from gpucluster.audit import CUSTOM_KINDS  # here, not at the top: the import block is kept minimal
 
     groups = await kube.get("/apis")
     found: list[tuple[str, str, str]] = []
     for group in groups.get("groups") or []:
-        name = str((group or {}).get("name") or "")
-        kinds = CUSTOM_KINDS.get(name)
-        version = ((group or {}).get("preferredVersion") or {}).get("groupVersion")
-        if not kinds or not isinstance(version, str):
+        if not isinstance(group, dict):
             continue
-        try:
-            resources = await kube.get(f"/apis/{version}")
-        except KubeError as exc:
-            if exc.status in (403, 404):
-                continue
-            raise
-        for resource in resources.get("resources") or []:
-            plural_name = str(resource.get("name") or "")
-            if resource.get("kind") in kinds and "/" not in plural_name and "list" in (resource.get("verbs") or []):
-                found.append((version, str(resource["kind"]), f"/apis/{version}/{plural_name}"))
+        name = str(group.get("name") or "")
+        kinds = CUSTOM_KINDS.get(name)
+        if not kinds:
+            continue
+        preferred = (group.get("preferredVersion") or {}).get("groupVersion")
+        versions = [
+            str(v["groupVersion"])
+            for v in group.get("versions") or []
+            if isinstance(v, dict) and isinstance(v.get("groupVersion"), str)
+        ]
+        if isinstance(preferred, str):
+            versions = [preferred, *(v for v in versions if v != preferred)]
+        chosen: dict[str, tuple[str, str, str]] = {}
+        for version in versions:
+            try:
+                resources = await kube.get(f"/apis/{version}")
+            except KubeError as exc:
+                if exc.status in (403, 404):
+                    continue
+                raise
+            for resource in resources.get("resources") or []:
+                plural_name = str(resource.get("name") or "")
+                kind = str(resource.get("kind") or "")
+                if (
+                    kind in kinds
+                    and kind not in chosen
+                    and "/" not in plural_name
+                    and "list" in (resource.get("verbs") or [])
+                ):
+                    chosen[kind] = (version, kind, f"/apis/{version}/{plural_name}")
+        found.extend(chosen.values())
     return found
 
 
