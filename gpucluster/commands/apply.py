@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 
 # Messages kube-apiserver gives when a webhook could not be called (dispatcher errors), as
@@ -42,7 +42,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("-f", "--filename", required=True, metavar="FILE|DIR", help="manifests (YAML or JSON)")
     parser.add_argument("--field-manager", default="gpucluster-chart", help="server-side apply field manager")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to keep retrying (default 300)")
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    options.add_kubeconfig(parser)
     parser.set_defaults(func=run)
 
 

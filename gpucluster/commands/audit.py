@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from gpucluster.audit import Finding, audit, dedupe
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError, KubeObject
 from gpucluster.kube.paths import plural
@@ -70,7 +70,7 @@ def register(subparsers: Subparsers) -> None:
             "Exit 0 nothing legacy found, 1 some found, 2 error."
         ),
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube)")
+    options.add_kubeconfig(parser)
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.add_argument(
         "--translation-mode",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from certs import files, inject, rotation
 from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, GpuclusterError, InputError
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def register(subparsers: Subparsers) -> None:
         description="Read the Secret, renew or rotate what is due, write it back, inject the CA bundle "
         "into the gpucluster webhook configurations and, with --cert-dir, write the serving files.",
     )
-    rotate.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    options.add_kubeconfig(rotate)
     _service_flags(rotate)
     rotate.add_argument("--secret", required=True, metavar="NAME", help="Secret holding the certificates")
     rotate.add_argument("--cert-dir", metavar="DIR", help="also write ca.crt, tls.crt and tls.key here (atomically)")
@@ -79,8 +79,7 @@ def register(subparsers: Subparsers) -> None:
         "--probe", metavar="HOST:PORT", help="the local webhook, asked which CA its certificate comes from"
     )
     rotate.add_argument("--no-inject", action="store_true", help="do not touch the webhook configurations")
-    rotate.add_argument("--log-format", choices=["text", "json"], default="text")
-    rotate.add_argument("--log-level", default="info")
+    options.add_logging(rotate)
     rotate.set_defaults(func=run_rotate)
 
     inject_parser = actions.add_parser(
@@ -90,9 +89,7 @@ def register(subparsers: Subparsers) -> None:
         f'configurations (by name and the label {inject.CA_INJECTION_LABEL}="true"; no others) '
         "to the PEM bundle in --ca-file. Exit 1 when neither configuration exists.",
     )
-    inject_parser.add_argument(
-        "--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
-    )
+    options.add_kubeconfig(inject_parser)
     inject_parser.add_argument(
         "--ca-file", required=True, metavar="F", help="PEM file with one or more CA certificates"
     )

@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpucluster.clusterstate import metadata
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 
 GPUCLUSTERS = "/apis/nvidia.com/v1alpha1/gpuclusters"
@@ -68,7 +68,7 @@ def register(subparsers: Subparsers) -> None:
         "(the chart's post-delete hook)",
     )
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the drain (default 240)")
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    options.add_kubeconfig(parser)
     parser.set_defaults(func=run)
 
 

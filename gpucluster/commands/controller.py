@@ -13,7 +13,7 @@ from typing import Any
 
 from controller.runtime import run_controller
 from gpucluster import logs
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.dra import gates
 from gpucluster.dra.model import AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
@@ -31,8 +31,8 @@ def register(subparsers: Subparsers) -> None:
             "DRA validator), label GPU nodes, and report status. Replicas elect a leader through a Lease."
         ),
     )
-    parser.add_argument("--namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    options.add_operator_namespace(parser)
+    options.add_kubeconfig(parser)
     parser.add_argument("--health-port", type=int, default=8081, help="port of /healthz, /readyz, /metrics")
     parser.add_argument("--no-leader-election", action="store_true", help="reconcile without holding the Lease")
     parser.add_argument(
@@ -54,8 +54,7 @@ def register(subparsers: Subparsers) -> None:
         help="DRA feature gates of the cluster, for explaining pending pods "
         "(default: Kubernetes' for the server's version, from /version)",
     )
-    parser.add_argument("--log-format", choices=["text", "json"], default="text")
-    parser.add_argument("--log-level", default="info")
+    options.add_logging(parser)
     parser.set_defaults(func=run)
 
 

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.dra import gates
 from gpucluster.dra.allocator import AllocatorInputError, explain
 from gpucluster.dra.model import SUPPORTED_VERSIONS
@@ -54,7 +54,7 @@ def register(subparsers: Subparsers) -> None:
         "without it, the configured cluster is read",
     )
     parser.add_argument("-n", "--namespace", help="namespace of pod/NAME, claim/NAME (default: the context's)")
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster (default: in-cluster, ...)")
+    options.add_kubeconfig(parser)
     parser.add_argument("--node", metavar="NAME", help="explain only this node")
     parser.add_argument(
         "--kubernetes-version",

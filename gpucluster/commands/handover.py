@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.commands.cleanup import GPUCLUSTERS, NVIDIADRIVERS, against_cluster
 from gpucluster.errors import EXIT_OK, InputError
 
@@ -35,7 +35,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("objects", nargs="+", metavar="RESOURCE/NAME")
     parser.add_argument("--release", required=True, help="the Helm release")
     parser.add_argument("--release-namespace", required=True, help="the Helm release's namespace")
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    options.add_kubeconfig(parser)
     parser.set_defaults(func=run)
 
 

@@ -18,8 +18,8 @@ import sys
 
 from controller.operands import DEFAULT_NAMESPACE, ClusterFacts, render
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.chart import operand_images
 from gpucluster.commands import Subparsers
-from gpucluster.commands.run import chart_env
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.manifests import dump_yaml_stream, load_objects
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     namespace: str = args.namespace
     if not _DNS_LABEL.match(namespace) or len(namespace) > 63:
         raise InputError(f'--namespace: Invalid value: "{namespace}": must be a DNS label (lowercase, digits, -)')
-    defaults = {k: v for k, v in chart_env().items() if k.endswith("_IMAGE") and not os.environ.get(k)}
+    defaults = {k: v for k, v in operand_images().items() if not os.environ.get(k)}
     if defaults:
         used = ", ".join(f"{k}={v}" for k, v in sorted(defaults.items()))
         print(f"gpucluster render: images the GPUCluster does not name come from the chart's defaults: {used}",

@@ -29,9 +29,9 @@ from typing import Any, cast
 import yaml
 
 from gpucluster import logs
-from gpucluster.chart import chart_dir
+from gpucluster.chart import chart_dir, operand_images
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError
 
@@ -95,34 +95,10 @@ def chart_crds() -> list[dict[str, Any]]:
     return out
 
 
-CHART_VALUES = chart_dir() / "values.yaml"
-
-
-def _image(values: Any) -> str:
-    if not isinstance(values, dict) or not all(values.get(k) for k in ("repository", "image", "version")):
-        return ""
-    separator = "@" if str(values["version"]).startswith("sha256:") else ":"
-    return f"{values['repository']}/{values['image']}{separator}{values['version']}"
-
-
 def chart_env() -> dict[str, str]:
     """The operator environment the chart's defaults give (operand images), plus
     ``DEFAULT_GPU_ALLOCATION_MODE=dra`` so that the sandbox's GPU nodes get the DRA deploy labels."""
-    env = {"DEFAULT_GPU_ALLOCATION_MODE": "dra"}
-    try:
-        values = yaml.safe_load(CHART_VALUES.read_text()) if CHART_VALUES.is_file() else {}
-    except (OSError, yaml.YAMLError):
-        values = {}
-    values = values if isinstance(values, dict) else {}
-    driver = _image((values.get("gpuCluster") or {}).get("draDriver"))
-    images = {
-        "DRA_DRIVER_IMAGE": driver,
-        "DCGM_EXPORTER_IMAGE": _image(values.get("dcgmExporter")),
-        "DCGM_IMAGE": _image(values.get("dcgm")),
-        "VALIDATOR_IMAGE": _image(values.get("validator")) or driver,
-    }
-    env.update({k: v for k, v in images.items() if v})
-    return env
+    return {"DEFAULT_GPU_ALLOCATION_MODE": "dra", **operand_images()}
 
 
 def cluster_configured(kubeconfig: str | None) -> bool:
@@ -144,7 +120,7 @@ def register(subparsers: Subparsers) -> None:
         "cluster is configured, start the sandbox (simulated GPU nodes) first, install the CRDs and register "
         "the webhook there. Runs until SIGINT/SIGTERM.",
     )
-    parser.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster (default: $KUBECONFIG, ...)")
+    options.add_kubeconfig(parser, default=options.KUBECONFIG_DEFAULT + "; with none of them, the embedded sandbox")
     parser.add_argument(
         "--kubeconfig-out",
         metavar="F",
@@ -154,7 +130,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--port", type=int, default=0, help="sandbox only: the API server's HTTPS port (default: a free one)"
     )
-    parser.add_argument("--namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
+    options.add_operator_namespace(parser)
     parser.add_argument("--nodes", type=int, default=3, help="sandbox only: simulated GPU nodes (default 3)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="sandbox only: GPUs per node (default 8)")
     parser.add_argument(
@@ -203,8 +179,7 @@ def register(subparsers: Subparsers) -> None:
         "--health-port", type=int, default=None,
         help="port of /healthz, /readyz, /metrics (default: a free port in the sandbox, 8081 otherwise)",
     )  # fmt: skip
-    parser.add_argument("--log-format", choices=["text", "json"], default="text")
-    parser.add_argument("--log-level", default="info")
+    options.add_logging(parser)
     parser.set_defaults(func=run)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucluster import logs
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 
 if TYPE_CHECKING:
@@ -66,8 +66,7 @@ def register(subparsers: Subparsers) -> None:
         help="an OCI image archive the nodes hold (make image: dist/gpucluster-image.tar): pods of its image run "
         "from its root filesystem instead of this install (needs root; repeatable)",
     )
-    parser.add_argument("--log-format", choices=["text", "json"], default="text")
-    parser.add_argument("--log-level", default="info")
+    options.add_logging(parser)
     parser.set_defaults(func=run)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import Subparsers
+from gpucluster.commands import Subparsers, options
 from gpucluster.dra import gates, worker
 from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
@@ -64,7 +64,7 @@ def register(subparsers: Subparsers) -> None:
         "--self-signed", action="store_true", help="generate a CA and serving certificate in a temporary directory"
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--kubeconfig", metavar="F", help="kubeconfig of the cluster to watch")
+    options.add_kubeconfig(source)
     source.add_argument("--cluster", metavar="FILE", help="static cluster view from a file, for offline use")
     parser.add_argument("--translation-mode", choices=TRANSLATION_MODES, default="auto")
     parser.add_argument("--operator-namespace", default=os.environ.get("OPERATOR_NAMESPACE", "gpu-operator"))
@@ -192,8 +192,7 @@ def register(subparsers: Subparsers) -> None:
         default="",
         help=f"DRA feature gates of the cluster (default: Kubernetes' for the version): {', '.join(gates.GATES)}",
     )
-    parser.add_argument("--log-format", choices=["text", "json"], default="text")
-    parser.add_argument("--log-level", default="info")
+    options.add_logging(parser)
     parser.set_defaults(func=run)
 
 

@@ -86,9 +86,7 @@ def test_image_from_the_environment(
     assert "image: registry.example.com/dra-driver:v9" in capsys.readouterr().out
 
 
-def test_an_unusable_image_variable_is_exit_2_naming_the_field(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unusable_image_variable_is_exit_2_naming_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = "apiVersion: nvidia.com/v1alpha1\nkind: GPUCluster\nmetadata: {name: gpu-cluster}\n"
     path = write(tmp_path, text)
     monkeypatch.setenv("DRA_DRIVER_IMAGE", "Not A Reference")
