@@ -1,0 +1,43 @@
+"""``make try-chart`` as a user runs it: installed, ready, then Ctrl-C. It used to end in a
+segmentation fault (exit 139, in the interpreter's final garbage collection) and to leave its
+kubeconfig, naming a sandbox that no longer runs, in the checkout."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.chart_install import KUBECTL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_no_kubeconfig(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "sandbox.kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e.chart_install", "--kubeconfig-out", str(kubeconfig)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C to stop" in line or time.monotonic() > deadline:
+                break
+        assert any("Ctrl-C to stop" in line for line in seen), "".join(seen[-20:])
+        ready = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "get", "gpucluster", "gpu-cluster"],
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert ready.returncode == 0, ready.stderr
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, "".join(seen[-20:])
+    assert not kubeconfig.exists()
