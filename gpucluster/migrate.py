@@ -1217,53 +1217,93 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
-def _columns(dumped: str, written: str) -> list[tuple[int, int]]:
-    """(column in the dump, shift to the written line) of where a line starts, and for a
-    sequence entry (``-   name: x``) also of where its content starts: children align to that."""
-    out = [(_indent(dumped), _indent(written) - _indent(dumped))]
+def _columns(dumped: str, written: str) -> list[tuple[int, int, bool]]:
+    """(column in the dump, shift to the written line, whether a dash is there) of where a line
+    starts, and for a sequence entry (``-   name: x``) also of where its content starts: children
+    align to that."""
     a, b = re.match(r"^ *- +(?=\S)", dumped), re.match(r"^ *- +(?=\S)", written)
+    out = [(_indent(dumped), _indent(written) - _indent(dumped), a is not None)]
     if a and b:
-        out.append((a.end(), b.end() - a.end()))
+        out.append((a.end(), b.end() - a.end(), False))
     return out
+
+
+def _shift(enclosing: list[tuple[int, int, bool]], line: str) -> int:
+    """The indentation shift of a new dump line: that of the nearest kept line before it at its
+    column or left of it. A key is no sibling of a dash at its column (the dump writes sequences
+    at their key's column; the original may indent them)."""
+    depth = _indent(line)
+    dash = line.lstrip().startswith("- ")
+    for column, shift, is_dash in reversed(enclosing):
+        if column < depth or (column == depth and (dash or not is_dash)):
+            return shift
+    return 0
+
+
+def _align(before: list[str], source: list[str]) -> tuple[dict[int, tuple[int, int, int, int]], dict[int, list[str]]]:
+    """Dump lines -> original lines, compared without whitespace (ruamel.yaml respaces flow
+    collections). One to one where lines are equal; a run of dump lines equal to a run of original
+    lines as a whole is one unit (a quoted scalar the original folds over several lines, which the
+    dump writes on one): ``line -> (first, end, source first, source end)`` of its unit. Original
+    lines the dump lost (whitespace-only lines) go with the dump line before them (-1: the start)."""
+    units: dict[int, tuple[int, int, int, int]] = {}
+    extra: dict[int, list[str]] = {}
+    words = [[_WORDS.sub("", x) for x in lines] for lines in (before, source)]
+    matcher = SequenceMatcher(None, words[0], words[1], autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for k in range(i2 - i1):
+                units[i1 + k] = (i1 + k, i1 + k + 1, j1 + k, j1 + k + 1)
+        elif op == "replace" and "".join(words[0][i1:i2]) == "".join(words[1][j1:j2]):
+            for k in range(i1, i2):
+                units[k] = (i1, i2, j1, j2)
+        elif op == "insert" and not "".join(words[1][j1:j2]):
+            extra.setdefault(i1 - 1, []).extend(source[j1:j2])
+    return units, extra
 
 
 def _keep_lines(original: str, before_dump: str, after_dump: str, expected: Any) -> str:
     """``after_dump`` with every line the edit did not touch taken from ``original`` byte for byte.
 
     ruamel.yaml writes one indentation for the whole document; a document that mixes several
-    (sequences indented under some keys, not under others) comes back re-indented. Lines of the
-    dump before the edit are matched to the original lines by content; lines the edit kept are
-    written as they were, new lines are shifted by the indentation difference of the line that
-    encloses them, and the trailing comment of a removed GPU line goes to the claim line that
-    replaces it. If the result does not read back as the edited document, the plain dump is used.
+    (sequences indented under some keys, not under others) comes back re-indented, and a quoted
+    scalar folded over several lines comes back on one. Lines of the dump before the edit are
+    matched to the original lines by content (:func:`_align`); lines the edit kept are written as
+    they were, new lines are shifted by the indentation difference of the line that encloses them,
+    and the trailing comment of a removed GPU line goes to the claim line that replaces it. If the
+    result does not read back as the edited document, the plain dump is used.
     """
     source = original.splitlines(keepends=True)
     before = before_dump.splitlines(keepends=True)
     after = after_dump.splitlines(keepends=True)
-    # Dump line -> original line: equal but for whitespace (ruamel.yaml also respaces flow collections).
-    to_source: dict[int, int] = {}
-    matcher = SequenceMatcher(
-        None, [_WORDS.sub("", x) for x in before], [_WORDS.sub("", x) for x in source], autojunk=False
-    )
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            to_source[block.a + k] = block.b + k
-    out: list[str] = []
-    enclosing: list[tuple[int, int]] = []  # (dump indent, shift) of the kept lines before
+    units, extra = _align(before, source)
+    out: list[str] = list(extra.get(-1, []))
+    enclosing: list[tuple[int, int, bool]] = []  # (dump indent, shift, dash) of the kept lines before
     comments: list[str] = []
+
+    def keep(i: int) -> None:
+        """Write dump line ``i`` (unchanged by the edit) as the original has it."""
+        first, end, j1, j2 = units[i]
+        if i != first:
+            return
+        lines = source[j1:j2]
+        enclosing.extend(_columns(before[i], lines[0]))
+        out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
+        out.extend(extra.get(end - 1, []))
+
     for op, i1, i2, j1, j2 in SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
         if op == "equal":
             for i in range(i1, i2):
-                if i in to_source:
-                    line = source[to_source[i]]
-                    enclosing.extend(_columns(before[i], line))
-                    out.append(line if line.endswith("\n") else line + "\n")
+                unit = units.get(i)
+                if unit is not None and unit[0] >= i1 and unit[1] <= i2:
+                    keep(i)
                 else:
                     enclosing.extend(_columns(before[i], before[i]))
                     out.append(before[i])
             continue
         for i in range(i1, i2):  # removed: keep the comment of a GPU line
-            line = source[to_source[i]] if i in to_source else before[i]
+            unit = units.get(i)
+            line = source[unit[2]] if unit is not None and unit[1] - unit[0] == 1 else before[i]
             match = _COMMENT.match(line.rstrip("\r\n"))
             if match and _MENTIONS_GPU.search(match.group("code")):
                 comment = line.rstrip("\r\n")[len(match.group("code").rstrip()) :]
@@ -1272,7 +1312,7 @@ def _keep_lines(original: str, before_dump: str, after_dump: str, expected: Any)
         for j in range(j1, j2):
             line = after[j]
             depth = _indent(line)
-            shift = next((d for ind, d in reversed(enclosing) if ind <= depth), 0) if line.strip() else 0
+            shift = _shift(enclosing, line) if line.strip() else 0
             shifted = " " * max(0, depth + shift) + line[depth:] if shift else line
             enclosing.extend(_columns(line, shifted))
             line = shifted
