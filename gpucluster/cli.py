@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from gpucluster import __version__
 from gpucluster.errors import EXIT_USAGE, GpuclusterError
 
-# Commands of the ARCHITECTURE.md contract, in its order, each a module of gpucluster.commands,
+# Commands of the CLI contract (README's command reference), in its order, each a module of gpucluster.commands,
 # with the one-line help its register() gives (so --help needs no command module).
 COMMANDS: dict[str, str] = {
     "webhook": "serve the validating and mutating admission webhook over HTTPS",

@@ -13,7 +13,7 @@ VIEW = device_view("gpu.nvidia.com", {"name": "d"})
 @pytest.mark.parametrize(
     ("expression", "expected"),
     [
-        # cel-go: compareIntDouble converts 2^63-1 to 2^63 (issue 15).
+        # cel-go: compareIntDouble converts 2^63-1 to 2^63.
         ("dyn(9223372036854775807) >= 9223372036854775808.0", True),
         ("dyn(9223372036854775807) == 9223372036854775808.0", True),
         ("dyn(9223372036854775807) < 9223372036854775808.0", False),

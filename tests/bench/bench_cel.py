@@ -1,4 +1,4 @@
-"""CEL selector speed: compiled programs vs celpy's interpreter (issue 3, part 3).
+"""CEL selector speed: compiled programs vs celpy's interpreter.
 
 Rows:
 * ``<selector> us/device-selector``: 20,000 simulated H100 devices (2,500 nodes x 8 GPUs); each

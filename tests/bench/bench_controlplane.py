@@ -1,5 +1,5 @@
 """The real control plane (``gpucluster cluster up``): the fastest of three start-ups until three
-GPU nodes are Ready, per built version (issue 22's target: under 30 s once built), and the size of
+GPU nodes are Ready, per built version (target: under 30 s once built), and the size of
 the built binaries. A version not built gets a row saying so."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Clusters of 100, 1,000 and 5,000 nodes x 8 GPUs (ResourceSlices, Nodes, a Device
 as kubectl-style ``List`` dumps in YAML and in JSON; each figure is the fastest of a few fresh
 processes (one at 5,000 nodes), next to its floor measured in the same run (``python -c pass``,
 ``json.load`` of the JSON dump; for ``match``, the same run with ``true`` as every selector), with
-the peak RSS of ``explain`` and ``match -o json``. Targets are issue 16's: ``explain`` on the
+the peak RSS of ``explain`` and ``match -o json``. Targets: ``explain`` on the
 1,000-node dump <= 15x ``json.load`` (YAML) and <= 5x (JSON), ``match`` <= 2 us per
 device x selector beyond ``true``, and <= 1 GB peak RSS at 5,000 nodes YAML.
 """

@@ -1,4 +1,4 @@
-"""Claim templates on the real control plane (issue 24): time from a pod's create to its
+"""Claim templates on the real control plane: time from a pod's create to its
 ResourceClaim, for a burst of 200 pods of 200 new shapes across 10 namespaces (cold: every
 template is new, the controller creates it and touches the pod), then the same shapes again
 (warm: the templates exist; kube-controller-manager's resourceclaim controller alone). Target:

@@ -1,4 +1,4 @@
-"""The install-time defects of issue 12 that a render shows, one test each (real Helm renders)."""
+"""The install-time defects a render shows, one test each (real Helm renders)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claim templates you can trust (issue 24): hand-written annotations buy nothing, names bind specs,
+"""Claim templates you can trust: hand-written annotations buy nothing, names bind specs,
 a squatted name gets a true event, refused creates back off, namespaces take turns, waiting pods
 are touched, and no template is collected while any pod names it.
 

@@ -1,7 +1,7 @@
 """On the real control plane (kube-apiserver with RBAC, kube-controller-manager's resourceclaim
 controller): a namespace-scoped identity that may create pods but not ResourceClaimTemplates
 forges translated pods and gets no template; a squatted template name gets a true Warning; the
-README's migration steps in order never leave a pod without its template (issue 24)."""
+README's migration steps in order never leave a pod without its template."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26: ``gpucluster audit`` sees every workload that asks for GPUs: custom kinds at every
+"""``gpucluster audit`` sees every workload that asks for GPUs: custom kinds at every
 served version of their group (each object once), every kind ``gpucluster migrate`` rewrites, pods
 counted through their owner references (translated ones too), exit 1 while anything is legacy, and
 the webhook's own reason for pods it declines on purpose."""

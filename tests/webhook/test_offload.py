@@ -46,7 +46,7 @@ def cluster(nodes: int) -> list[dict[str, Any]]:
 # request, so it binds devices of different requests), on 16 nodes of 44 devices where each x has
 # two devices, the first 19 with two y values of their own, the last 3 sharing y0 and y1
 # (pigeonhole): the choices for the first 19 requests are tried before the last three fail.
-# Nine GPUs on 8-GPU nodes used to be this slow (issue 15).
+# Nine GPUs on 8-GPU nodes used to be this slow.
 HARD = 22
 AT_136 = {"kubernetes_version": "1.36"}
 SLOW = claim(1)
