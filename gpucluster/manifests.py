@@ -261,6 +261,11 @@ def load_objects(path: str) -> list[KubeObject]:
     return load_objects_from_text(read_text(path), source)
 
 
+def dump_yaml(value: Any) -> str:
+    """One value as YAML, keys in their given order (``-o yaml``)."""
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+
+
 def dump_yaml_stream(objects: Iterable[Any]) -> str:
     """Objects as a YAML stream, keys in their given order, like kubectl prints them."""
     return yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False, explicit_start=True)

@@ -118,3 +118,11 @@ def test_objects_changed_in_place_are_explained_as_they_are_now() -> None:
     assert node_from_object(node, 0).labels["kubernetes.io/hostname"] == "node-a"
     node["metadata"]["labels"]["kubernetes.io/hostname"] = "renamed"
     assert node_from_object(node, 0).labels["kubernetes.io/hostname"] == "renamed"
+
+
+def test_yaml_output_is_the_json_answer(files: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    claim, cluster = files
+    assert _run("--claim", claim, "--cluster", cluster, "-o", "json") == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert _run("--claim", claim, "--cluster", cluster, "-o", "yaml") == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json

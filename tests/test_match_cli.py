@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "resourceslices"
 
@@ -162,3 +163,16 @@ def test_an_attribute_cel_cannot_convert_is_an_error_for_every_expression(tmp_pa
         ("bad", "error"),
     ]
     assert rows[2]["message"] == "attribute model: unsupported attribute value"
+
+
+def test_yaml_rows_are_the_json_rows() -> None:
+    args = (
+        "-e",
+        'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"',
+        "-f",
+        str(FIXTURES / "l4-node.yaml"),
+    )
+    as_json = match(*args, "-o", "json")
+    as_yaml = match(*args, "-o", "yaml")
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert yaml.safe_load(as_yaml.stdout) == json.loads(as_json.stdout) != []

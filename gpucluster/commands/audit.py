@@ -34,6 +34,7 @@ from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError, KubeObject
 from gpucluster.kube.paths import plural
+from gpucluster.manifests import dump_yaml
 from gpucluster.policy import TRANSLATION_MODES, Settings
 from webhook.admission import hooks
 from webhook.audit import decider
@@ -71,7 +72,9 @@ def register(subparsers: Subparsers) -> None:
         ),
     )
     options.add_kubeconfig(parser)
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "-o", "--output", choices=["table", "json", "yaml"], default="table", help="table (default), json or yaml"
+    )
     parser.add_argument(
         "--translation-mode",
         choices=TRANSLATION_MODES,
@@ -87,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
     installed = collected.webhook_installed
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
     findings = audit(dedupe(collected.objects), decide=decider(settings))
-    if args.output == "json":
+    if args.output in ("json", "yaml"):
         out = {
             "webhookInstalled": installed,
             "workloads": [f.to_json() for f in findings],
             "notListed": collected.not_listed,
         }
-        print(json.dumps(out, indent=2))
+        sys.stdout.write(json.dumps(out, indent=2) + "\n" if args.output == "json" else dump_yaml(out))
     elif findings:
         print(table(findings), end="")
     for what in collected.not_listed:

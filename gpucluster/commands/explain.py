@@ -19,7 +19,7 @@ from gpucluster.dra import gates
 from gpucluster.dra.allocator import AllocatorInputError, explain
 from gpucluster.dra.model import SUPPORTED_VERSIONS
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
-from gpucluster.manifests import load_objects
+from gpucluster.manifests import dump_yaml, load_objects
 
 _CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
@@ -68,7 +68,9 @@ def register(subparsers: Subparsers) -> None:
         default="",
         help=f"DRA feature gates of the cluster (default: Kubernetes' for the version): {', '.join(gates.GATES)}",
     )
-    parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
+    parser.add_argument(
+        "-o", "--output", choices=["text", "json", "yaml"], default="text", help="text (default), json or yaml"
+    )
     parser.set_defaults(func=run)
 
 
@@ -129,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         result.errors = ["no node matches the pod's nodeName, nodeSelector and node affinity"]
     if args.output == "json":
         print(json.dumps(result.to_json(), indent=2))
+    elif args.output == "yaml":
+        sys.stdout.write(dump_yaml(result.to_json()))
     else:
         print(result.to_text(), end="")
     return EXIT_OK if result.satisfiable else EXIT_NEGATIVE

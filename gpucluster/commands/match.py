@@ -21,7 +21,7 @@ from gpucluster.dra.cel import (
 )
 from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
-from gpucluster.manifests import load_objects
+from gpucluster.manifests import dump_yaml, load_objects
 
 
 def register(subparsers: Subparsers) -> None:
@@ -38,7 +38,13 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-f", "--filename", required=True, metavar="FILE", help="ResourceSlices (YAML/JSON, - for stdin)"
     )
-    parser.add_argument("-o", "--output", choices=["json", "table", "summary"], default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml", "summary"],
+        default="table",
+        help="table (default), json or yaml (one entry per device and expression), or summary (counts)",
+    )
     parser.add_argument(
         "--kubernetes-version", choices=SUPPORTED_VERSIONS, default="1.34", help="for feature gate defaults"
     )
@@ -170,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
         _write_json_stream(_each_row(slices, programs, lists), sys.stdout)
         return EXIT_OK
     rows = list(_each_row(slices, programs, lists))
+    if args.output == "yaml":
+        sys.stdout.write(dump_yaml(rows))
+        return EXIT_OK
     if args.output == "summary":
         summary = [{"expression": i, "match": 0, "nomatch": 0, "error": 0} for i in range(len(args.expression))]
         for row in rows:

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpucluster.commands.audit import list_all
 from gpucluster.kube.client import Kube
@@ -83,6 +84,9 @@ def test_audit_lists_the_legacy_deployment_and_not_the_migrated_one(
     assert finding["gpus"] == {"nvidia.com/gpu": "2"}
     assert finding["webhook"]["action"] == "translate"
     assert finding["chain"][-1] == {"kind": "Deployment", "name": "legacy-trainer"}
+    # -o yaml is the same answer, as kubectl users expect it.
+    assert gpucluster("audit", "--kubeconfig", str(kubeconfig), "-o", "yaml") == 1
+    assert yaml.safe_load(capsys.readouterr().out) == data
 
     async def paged() -> list[str]:
         kube = await Kube.connect(str(kubeconfig))
