@@ -146,6 +146,11 @@ _EMBEDDED_GPU = re.compile(
 CAPACITY_LIMITS: dict[tuple[str, str], Path] = {
     ("karpenter.sh", "NodePool"): ("spec", "limits"),
 }
+VLLM_PRODUCTION_STACK = "production-stack.vllm.ai"
+# Operators whose own DRA field a manual migration can use: (API group, kind) -> field.
+DRA_FIELDS: dict[tuple[str, str], str] = {
+    ("apps.nvidia.com", "NIMService"): "spec.draResources (resourceClaimTemplateName)",
+}
 # KubeAI's resource profiles ("nvidia-gpu-l4:1"): its default NVIDIA profiles ask for nvidia.com/gpu.
 _KUBEAI_NVIDIA_PROFILE = re.compile(r"^(nvidia-[\w.-]*):(\d+)$")
 # The translation's words for a container whose GPU resources are all zero: nothing to migrate.
@@ -876,8 +881,14 @@ def _scan_unhandled(ctx: _Context, node: Any, where: Path, *, inside: bool = Fal
             if sections:
                 names = sorted({n for s in sections for n in found[s]})
                 at = _fmt((*where, sections[0])) if len(sections) == 1 else f"{_fmt(where)} (limits and requests)"
+                group = str(ctx.root.get("apiVersion") or "").partition("/")[0]
+                dra = (
+                    DRA_FIELDS.get((group, str(ctx.root.get("kind") or ""))) if where == ("spec", "resources") else None
+                )
+                hint = f"; the operator's DRA form is {dra}: migrate it by hand" if dra else ""
                 ctx.unhandled.append(
-                    f"{ctx.obj} {at}: {', '.join(names)} outside a pod template gpucluster can rewrite; left as it is"
+                    f"{ctx.obj} {at}: {', '.join(names)} outside a pod template gpucluster can rewrite; "
+                    f"left as it is{hint}"
                 )
         for key, value in mapping.items():
             # Annotations hold copies (last-applied-configuration, ours); status reports, not requests.
@@ -912,7 +923,8 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
     * ``{name: nvidia.com/gpu, quantity: N}``: the Spark operator's GPUSpec (SparkApplication
       ``spec.driver.gpu``, ``spec.executor.gpu``), and any field of that shape;
     * ``{gpuType: nvidia.com/gpu, gpu: N}``: the vLLM production stack's VLLMRuntime
-      (``spec.deploymentConfig.resources``, and its prefill/decode variants);
+      (``spec.deploymentConfig.resources``, ``sidecarConfig.resources``); its operator asks for
+      nvidia.com/gpu when ``gpuType`` is unset, and for nothing when ``gpu`` is;
     * KubeAI ``Model`` ``spec.resourceProfile: nvidia-...:N``: KubeAI's NVIDIA profiles.
     """
     found: list[str] = []
@@ -920,11 +932,21 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
     name, quantity = mapping.get("name"), mapping.get("quantity")
     if _is_gpu(name, ctx.config) and "quantity" in mapping and not _is_zero(quantity):
         found.append(f"{ctx.obj} {_fmt(where)}: {name} {plain(quantity)} (operator field); {manual}")
-    gpu_type, count = mapping.get("gpuType"), mapping.get("gpu")
-    if _is_gpu(gpu_type, ctx.config) and not _is_zero(count):
-        amount = f", {_fmt((*where, 'gpu'))}: {plain(count)}" if "gpu" in mapping else ""
-        found.append(f"{ctx.obj} {_fmt((*where, 'gpuType'))}: {gpu_type}{amount} (operator field); {manual}")
     group = str(ctx.root.get("apiVersion") or "").partition("/")[0]
+    # The production stack asks for ``gpu`` of ``gpuType`` (nvidia.com/gpu when unset), and only
+    # when ``gpu`` is set.
+    gpu_type, count = mapping.get("gpuType"), mapping.get("gpu")
+    asks = count is not None and str(count).strip() != "" and not _is_zero(count)
+    if asks and _is_gpu(gpu_type, ctx.config):
+        found.append(
+            f"{ctx.obj} {_fmt((*where, 'gpuType'))}: {gpu_type}, {_fmt((*where, 'gpu'))}: {plain(count)} "
+            f"(operator field); {manual}"
+        )
+    elif asks and gpu_type is None and group == VLLM_PRODUCTION_STACK and where[-1:] == ("resources",):
+        found.append(
+            f"{ctx.obj} {_fmt((*where, 'gpu'))}: {plain(count)} (operator field; gpuType unset: nvidia.com/gpu); "
+            f"{manual}"
+        )
     profile = mapping.get("resourceProfile")
     if where == ("spec",) and group == "kubeai.org" and isinstance(profile, str):
         match = _KUBEAI_NVIDIA_PROFILE.match(profile.strip())

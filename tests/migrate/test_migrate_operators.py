@@ -170,3 +170,43 @@ spec:
       value: "1"
 """
     assert migrate(text).unhandled == [] and migrate(text).workloads == []
+
+
+def test_vllm_runtime_gpu_without_type_is_nvidia_gpu_and_type_without_count_asks_nothing() -> None:
+    # The operator asks for gpu of gpuType, nvidia.com/gpu when gpuType is unset, nothing when gpu is unset.
+    untyped = VLLM_RUNTIME.replace('      gpuType: "nvidia.com/gpu"\n', "")
+    assert migrate(untyped).unhandled == [
+        "VLLMRuntime vllmruntime-sample spec.deploymentConfig.resources.gpu: 1 (operator field; gpuType unset: "
+        f"nvidia.com/gpu); {MANUAL.removeprefix('(operator field); ')}"
+    ]
+    assert migrate(VLLM_RUNTIME.replace('      gpu: "1"\n', "")).unhandled == []
+    assert migrate(VLLM_RUNTIME.replace('gpu: "1"', 'gpu: ""')).unhandled == []
+
+
+NIM_SERVICE = """\
+apiVersion: apps.nvidia.com/v1alpha1
+kind: NIMService
+metadata:
+  name: meta-llama-3-2-1b-instruct
+  namespace: nim-service
+spec:
+  image:
+    repository: nvcr.io/nim/meta/llama-3.2-1b-instruct
+    tag: "1.12.0"
+  resources:
+    limits:
+      nvidia.com/gpu: 1
+  expose:
+    service:
+      type: ClusterIP
+      port: 8000
+"""
+
+
+def test_nim_service_resources_name_the_operators_dra_field() -> None:
+    (line,) = migrate(NIM_SERVICE).unhandled
+    assert line == (
+        "NIMService nim-service/meta-llama-3-2-1b-instruct spec.resources.limits: nvidia.com/gpu outside a pod "
+        "template gpucluster can rewrite; left as it is; the operator's DRA form is spec.draResources "
+        "(resourceClaimTemplateName): migrate it by hand"
+    )
