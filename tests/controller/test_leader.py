@@ -44,6 +44,17 @@ async def kube(request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
         await sandbox.stop()
 
 
+async def _renewed(kube: Kube, holder: str, *, times: int, timeout: float = 10.0) -> None:
+    """Until ``holder`` has renewed the lease ``times`` times (seen as new renewTimes), at most ``timeout`` s."""
+    seen: set[str] = set()
+    async with asyncio.timeout(timeout):
+        while len(seen) < times:
+            lease = await kube.get(LEASE)
+            assert lease["spec"]["holderIdentity"] == holder, lease["spec"]
+            seen.add(str(lease["spec"].get("renewTime")))
+            await asyncio.sleep(0.02)
+
+
 def elector(kube: Kube, identity: str) -> LeaderElector:
     return LeaderElector(kube, "gpu-operator", "gpucluster-controller", identity,
                          lease_duration=1.0, renew_deadline=0.8, retry_period=0.1)  # fmt: skip
@@ -55,7 +66,9 @@ async def test_one_leader_and_hand_over(kube: Kube) -> None:
     task_a = asyncio.create_task(a.run(stop_a))
     await asyncio.wait_for(a.is_leader.wait(), 5)
     task_b = asyncio.create_task(b.run(stop_b))
-    await asyncio.sleep(0.5)
+    # While a renews its lease several times over (b tries at every retry period meanwhile),
+    # b must not lead: waited for by what the lease shows, not by a fixed sleep.
+    await _renewed(kube, "replica-a", times=4)
     assert a.is_leader.is_set() and not b.is_leader.is_set()
     stop_a.set()  # the leader shuts down and releases the lease
     await task_a

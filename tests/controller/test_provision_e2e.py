@@ -111,11 +111,10 @@ def test_forged_reviews_create_nothing(stack: Stack) -> None:
     assert [t for t in templates(stack, "kube-system") if t["metadata"]["name"].startswith("gpucluster-")] == []
 
 
-def test_template_is_provisioned_within_a_second_and_collected_after_the_grace_period(stack: Stack) -> None:
-    started = time.monotonic()
+def test_template_is_provisioned_and_collected_after_the_grace_period(stack: Stack) -> None:
+    # How fast is make bench's to say (bench_provision: p99 from the pod's create); here, that it happens.
     kubectl(stack, "create", "-n", "team-b", "-f", "-", stdin=legacy_pod("job", 2))
-    template = wait_provisioned(stack, "job", "team-b", timeout=1.0)
-    assert time.monotonic() - started < 2.0  # kubectl's own start-up included
+    template = wait_provisioned(stack, "job", "team-b", timeout=30.0)
     [live] = templates(stack, "team-b")
     assert live["metadata"]["labels"][PROVISIONED_LABEL] == "true"
     kubectl(stack, "delete", "pod", "job", "-n", "team-b", "--wait=false")

@@ -8,6 +8,7 @@ usr/bin/nvidia-smi.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -138,7 +139,12 @@ def test_waits_while_no_driver_is_ready_and_proceeds_when_one_is(tmp_path: Path)
         text=True,
     )
     try:
-        time.sleep(0.5)
+        # Its first pass is over once it says it is waiting: no fixed sleep, a deadline.
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 10)
+        assert ready, "the validator said nothing within 10 s"
+        first = proc.stdout.readline()
+        assert "no ready NVIDIA driver" in first, first
         assert proc.poll() is None, "the validator must keep waiting"
         assert not node.ready_file.exists(), "a stale verdict must be removed first"
         (node.validations / ".driver-ctr-ready").touch()
@@ -148,7 +154,7 @@ def test_waits_while_no_driver_is_ready_and_proceeds_when_one_is(tmp_path: Path)
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
-    assert "no ready NVIDIA driver" in stdout
+    assert "NVIDIA driver ready at /run/nvidia/driver" in stdout
     assert node.ready_vars()["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
 
 

@@ -109,7 +109,17 @@ def test_mixed_gpu_and_mig_in_one_container() -> None:
     p = patched(out)
     refs = p["spec"]["containers"][0]["resources"]["claims"]
     assert len(refs) == 2 and all("request" in r for r in refs)  # one claim, two requests
+    assert len({r["name"] for r in refs}) == 1
     assert not gpu_left(p)
+    [template] = out.creates
+    requests = {r["name"]: r["exactly"] for r in template["spec"]["spec"]["devices"]["requests"]}
+    assert {r["request"] for r in refs} == set(requests)  # the container names the template's requests
+    by_class = sorted((e["deviceClassName"], e["count"], [s["cel"]["expression"] for s in e.get("selectors", [])])
+                      for e in requests.values())  # fmt: skip
+    assert by_class == [
+        ("gpu.nvidia.com", 1, []),
+        ("mig.nvidia.com", 2, ['device.attributes["gpu.nvidia.com"].profile == "3g.40gb"']),
+    ]
 
 
 @pytest.mark.parametrize(
