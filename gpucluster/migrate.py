@@ -925,7 +925,9 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
     * ``{gpuType: nvidia.com/gpu, gpu: N}``: the vLLM production stack's VLLMRuntime
       (``spec.deploymentConfig.resources``, ``sidecarConfig.resources``); its operator asks for
       nvidia.com/gpu when ``gpuType`` is unset, and for nothing when ``gpu`` is;
-    * KubeAI ``Model`` ``spec.resourceProfile: nvidia-...:N``: KubeAI's NVIDIA profiles.
+    * KubeAI ``Model`` ``spec.resourceProfile: nvidia-...:N``: KubeAI's NVIDIA profiles;
+    * KAITO ``Workspace`` ``inference.preset`` / ``tuning.preset``: KAITO asks for the preset's GPU
+      count on the pods it creates (a ``template`` is a pod template, migrated as such).
     """
     found: list[str] = []
     manual = "the operator adds it to the pods it creates and has no DRA form for it; migrate it by hand"
@@ -947,6 +949,14 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
             f"{ctx.obj} {_fmt((*where, 'gpu'))}: {plain(count)} (operator field; gpuType unset: nvidia.com/gpu); "
             f"{manual}"
         )
+    if not where and group == "kaito.sh" and ctx.root.get("kind") == "Workspace":
+        for section in ("inference", "tuning"):
+            preset = (_mapping(mapping.get(section)) or {}).get("preset")
+            if _mapping(preset) is not None:
+                found.append(
+                    f"{ctx.obj} {section}.preset: the preset's GPU count of nvidia.com/gpu (nvidia.com/mig-<profile> "
+                    f"with resource.partition), chosen by KAITO for resource.instanceType; {manual}"
+                )
     profile = mapping.get("resourceProfile")
     if where == ("spec",) and group == "kubeai.org" and isinstance(profile, str):
         match = _KUBEAI_NVIDIA_PROFILE.match(profile.strip())

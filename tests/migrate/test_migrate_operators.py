@@ -210,3 +210,33 @@ def test_nim_service_resources_name_the_operators_dra_field() -> None:
         "template gpucluster can rewrite; left as it is; the operator's DRA form is spec.draResources "
         "(resourceClaimTemplateName): migrate it by hand"
     )
+
+
+KAITO_PRESET = """\
+apiVersion: kaito.sh/v1beta1
+kind: Workspace
+metadata:
+  name: workspace-phi-4-mini
+resource:
+  instanceType: "Standard_NC24ads_A100_v4"
+  labelSelector:
+    matchLabels:
+      apps: phi-4
+inference:
+  preset:
+    name: phi-4-mini-instruct
+"""
+
+
+def test_kaito_preset_workspace_is_reported_and_a_templated_one_is_migrated() -> None:
+    (line,) = migrate(KAITO_PRESET).unhandled
+    assert line.startswith("Workspace workspace-phi-4-mini inference.preset: the preset's GPU count of nvidia.com/gpu")
+    tuning = KAITO_PRESET.replace("inference:\n  preset:", "tuning:\n  method: qlora\n  preset:")
+    assert [x.split(":")[0] for x in migrate(tuning).unhandled] == ["Workspace workspace-phi-4-mini tuning.preset"]
+    templated = KAITO_PRESET.replace(
+        "  preset:\n    name: phi-4-mini-instruct\n",
+        "  template:\n    spec:\n      containers:\n      - name: llm\n        image: kaito-base\n"
+        "        resources:\n          limits:\n            nvidia.com/gpu: 1\n",
+    )
+    result = migrate(templated)
+    assert result.unhandled == [] and [w.where for w in result.migrated] == ["inference.template"]
