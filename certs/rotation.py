@@ -56,6 +56,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from certs.authority import CA_LIFETIME, SERVING_LIFETIME, KeyPair, new_ca, new_serving_cert, service_dns_names
+from gpucluster import timestamps
 
 CA_BUNDLE = "ca.crt"
 CA_KEY = "ca.key"
@@ -241,14 +242,13 @@ def _timestamp(value: str | None) -> dt.datetime | None:
     if not value:
         return None
     try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return timestamps.parse(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _format_time(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339(moment)
 
 
 def _generation(annotations: Mapping[str, str]) -> int:

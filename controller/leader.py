@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.kube.client import Kube, KubeError
 
 log = logging.getLogger("gpucluster.controller.leader")
@@ -32,14 +33,14 @@ def _now() -> dt.datetime:
 
 
 def _fmt(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return timestamps.rfc3339_micro(t)
 
 
 def _parse(value: str | None) -> dt.datetime | None:
     if not value:
         return None
     try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return timestamps.parse(value)
     except ValueError:
         return None
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpucluster import timestamps
 from gpucluster.claimtemplates import expected_templates
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.kube.client import Kube, KubeError
@@ -252,7 +253,7 @@ def _age(meta: Mapping[str, Any], now: dt.datetime) -> float:
     if not isinstance(created, str):
         return float("inf")
     try:
-        when = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+        when = timestamps.parse(created)
     except ValueError:
         return float("inf")
     return (now - when).total_seconds()
@@ -506,7 +507,7 @@ class Provisioner:
         """A metadata-only update of ``pod``: the resourceclaim controller syncs it at once."""
         meta = metadata(pod)
         path = object_path({"apiVersion": "v1", "kind": "Pod", **pod})
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = timestamps.rfc3339_micro()
         body = {"metadata": {"annotations": {TOUCH_ANNOTATION: stamp}}}
         try:
             await self.kube.request("PATCH", path, body=body, content_type="application/merge-patch+json")

@@ -11,7 +11,6 @@ are in controller/plan.py and are unit-tested on plain data.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +42,7 @@ from controller.plan import (
     summarize,
 )
 from controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
+from gpucluster import timestamps
 from gpucluster.api.gpucluster import SINGLETON_NAME
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState, KubeObject, metadata
 from gpucluster.dra.semver import Semver, SemverError
@@ -94,7 +94,7 @@ def owned_resources(namespace: str) -> list[Resource]:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339()
 
 
 def _strip_times(status: Mapping[str, Any] | None) -> Any:

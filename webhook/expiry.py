@@ -20,13 +20,13 @@ try again at the next poll, never drop the controller's conditions.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import socket
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
@@ -45,7 +45,7 @@ REPEAT_EVERY = 3600.0
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339()
 
 
 def signal(tls_problem: str | None, expiry_warning: str | None, replica: str) -> tuple[str, str] | None:

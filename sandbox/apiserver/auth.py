@@ -14,7 +14,6 @@ Two kinds of identity, as on a kubeadm cluster:
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import hmac
 import json
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpucluster import timestamps
 from sandbox.apiserver import errors
 from sandbox.apiserver.errors import ApiError
 
@@ -98,7 +98,7 @@ def _unb64(text: str) -> bytes:
 
 
 def rfc3339(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(int(epoch), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.from_epoch(epoch)
 
 
 def _invalid(field_path: str, message: str) -> ApiError:
@@ -198,7 +198,7 @@ class Authenticator:
         if not stamp:
             return False
         try:
-            when = dt.datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+            when = timestamps.parse(str(stamp)).timestamp()
         except ValueError:
             return True
         return when <= self.now()

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpucluster import timestamps
 from sandbox.apiserver import apply as ssa
 from sandbox.apiserver import builtins, crds, errors, podspec, schemas
 from sandbox.apiserver.errors import ApiError
@@ -65,8 +66,7 @@ RETURNS_DELETED_OBJECT = {
 
 
 def now_rfc3339(clock: Callable[[], dt.datetime] | None = None) -> str:
-    when = clock() if clock else dt.datetime.now(dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339(clock() if clock else None)
 
 
 class UnknownError(ApiError):
@@ -967,7 +967,7 @@ class ApiCore:
             new_md["finalizers"] = list(finalizers)
         if not keep:
             when = (self.clock() if self.clock else dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=grace)
-            new_md["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+            new_md["deletionTimestamp"] = timestamps.rfc3339(when)
             new_md["deletionGracePeriodSeconds"] = grace
         if rt.generation and not md.get("deletionTimestamp"):
             new_md["generation"] = int(md.get("generation") or 1) + 1

@@ -11,9 +11,9 @@ Responses are always JSON (clients send ``Accept: application/vnd.kubernetes.pro
 from __future__ import annotations
 
 import base64
-import datetime as dt
 from typing import Any
 
+from gpucluster import timestamps
 from sandbox.apiserver.errors import ApiError
 
 Obj = dict[str, Any]
@@ -173,7 +173,7 @@ def _message(raw: bytes, schema: str) -> Obj:
             out[name] = bool(value)
         elif kind == "time":
             t = _message(bytes(value), "Time")
-            out[name] = dt.datetime.fromtimestamp(int(t.get("seconds", 0)), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            out[name] = timestamps.from_epoch(int(t.get("seconds", 0)))
         elif kind == "map_ss":
             k, v = _map_entry(bytes(value))
             out.setdefault(name, {})[k] = v.decode()

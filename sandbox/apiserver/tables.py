@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpucluster import timestamps
 from sandbox.apiserver.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -16,12 +17,9 @@ Column = tuple[str, str, str, int, Callable[[Obj], Any]]  # name, type, format, 
 
 def parse_time(value: str) -> dt.datetime | None:
     try:
-        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except (TypeError, ValueError):
-        try:
-            return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        return timestamps.parse(str(value))
+    except ValueError:
+        return None
 
 
 def human_duration(seconds: float) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.clusterstate import ClusterState
 from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.client import Kube, KubeError
@@ -78,11 +79,11 @@ def plans(count: int, gpus_per_node: int, mix: str) -> list[NodePlan]:
 
 
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339()
 
 
 def now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return timestamps.rfc3339_micro()
 
 
 def node_address(index: int) -> str:

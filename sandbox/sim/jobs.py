@@ -23,6 +23,7 @@ import datetime as dt
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.kube.predicates import pod_ready
 from sandbox.apiserver.core import ApiCore
 from sandbox.apiserver.errors import ApiError
@@ -35,7 +36,7 @@ PODS = ("", "pods")
 
 def _ts(value: Any) -> dt.datetime | None:
     try:
-        return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+        return timestamps.parse(str(value))
     except ValueError:
         return None
 
@@ -120,7 +121,7 @@ class JobController(Controller):
         spec, status = job.get("spec") or {}, dict(job.get("status") or {})
         pods = [p for k in sorted(self._pods.get(uid, ())) if (p := self.core.store.get(PODS, *k)) is not None]
         now = self._now()
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = timestamps.rfc3339(now)
         done = finished(job)
         if done is not None:
             await self._expire(job, done, now)

@@ -28,6 +28,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.kube import predicates
 from sandbox.apiserver.core import ApiCore, Context
 from sandbox.apiserver.errors import ApiError
@@ -520,7 +521,7 @@ class Kubelet(Controller):
 def seconds_left(deletion_timestamp: Any, now: dt.datetime) -> float:
     """What remains of a pod's grace period at ``now`` (0 once over, or for an unreadable timestamp)."""
     try:
-        when = dt.datetime.strptime(str(deletion_timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+        when = timestamps.parse(str(deletion_timestamp))
     except ValueError:
         return 0.0
     return max((when - now).total_seconds(), 0.0)

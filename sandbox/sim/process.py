@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import datetime as dt
 import hashlib
 import inspect
 import ipaddress
@@ -45,6 +44,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from gpucluster import timestamps
 from sandbox.apiserver.core import ApiCore
 from sandbox.sim import container as container_launcher
 from sandbox.sim import imagespec, podenv
@@ -90,7 +90,7 @@ def _pdeathsig() -> None:  # runs in the child between fork and exec
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamps.rfc3339()
 
 
 def _write(path: Path, data: bytes, mode: int, owner: imagespec.Ownership | None = None) -> None:
