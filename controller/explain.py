@@ -7,7 +7,8 @@ Event only when the reason changes, and at most one per pod per ``min_interval``
 
 While devices are allocated, a claim that does not fit now is checked again as if every node
 were empty, so that "busy now" (``...; would fit once devices are freed``: wait) reads
-differently from "never fits" (``...; does not fit even on an empty node``: fix the claim).
+differently from "never fits" (``...; does not fit even on an empty node: <why, on empty nodes>``:
+fix the claim). Either way the first part is what holds now, devices in use counted as in use.
 """
 
 from __future__ import annotations
@@ -129,4 +130,4 @@ async def _fit_offloaded(
         return f"{now.reason}; on empty nodes: {empty.incomplete}"
     if empty.reason is None:
         return f"{now.reason}; would fit once devices are freed"
-    return f"{empty.reason}; does not fit even on an empty node"
+    return f"{now.reason}; does not fit even on an empty node: {empty.reason}"

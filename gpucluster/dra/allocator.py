@@ -638,7 +638,8 @@ class Fit:
             return f"{self.now.one_line()}; would fit once devices are freed on {shown}"
         if self.when_empty.gave_up:
             return f"{self.now.one_line()}; on empty nodes: {self.when_empty.one_line()}"
-        return f"{self.when_empty.one_line()}; does not fit even on an empty node"
+        # What holds now (its counts: devices in use are in use), then why no empty node helps.
+        return f"{self.now.one_line()}; does not fit even on an empty node: {self.when_empty.one_line()}"
 
 
 def fit(claims: list[dict[str, Any]], cluster: list[dict[str, Any]], **options: Any) -> Fit:
