@@ -1277,7 +1277,8 @@ def _align(before: list[str], source: list[str]) -> tuple[dict[int, tuple[int, i
     collections). One to one where lines are equal; a run of dump lines equal to a run of original
     lines as a whole is one unit (a quoted scalar the original folds over several lines, which the
     dump writes on one): ``line -> (first, end, source first, source end)`` of its unit. Original
-    lines the dump lost (whitespace-only lines) go with the dump line before them (-1: the start)."""
+    lines the dump lost (whitespace-only lines) go with the dump line before them (-1: the start).
+    Runs of as many lines that differ otherwise (an unused anchor the dump drops) pair line by line."""
     units: dict[int, tuple[int, int, int, int]] = {}
     extra: dict[int, list[str]] = {}
     words = [[_WORDS.sub("", x) for x in lines] for lines in (before, source)]
@@ -1289,6 +1290,11 @@ def _align(before: list[str], source: list[str]) -> tuple[dict[int, tuple[int, i
         elif op == "replace" and "".join(words[0][i1:i2]) == "".join(words[1][j1:j2]):
             for k in range(i1, i2):
                 units[k] = (i1, i2, j1, j2)
+        elif op == "replace" and i2 - i1 == j2 - j1:
+            # The same data written differently line by line (an anchor the dump drops, a tag, a
+            # quoting style): the original's lines; the read-back check below guards the result.
+            for k in range(i2 - i1):
+                units[i1 + k] = (i1 + k, i1 + k + 1, j1 + k, j1 + k + 1)
         elif op == "insert" and not "".join(words[1][j1:j2]):
             extra.setdefault(i1 - 1, []).extend(source[j1:j2])
     return units, extra

@@ -230,6 +230,57 @@ spec:
     - name: cache
       emptyDir: {}
 """,
+    "an anchor nothing refers to": """\
+x-common: &common
+  image: x
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: j
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: a
+          image: x
+          resources:
+            limits:
+              nvidia.com/gpu: 1
+""",
+    "CRLF line ends": "apiVersion: v1\r\nkind: Pod\r\nmetadata:\r\n  name: p\r\nspec:\r\n  containers:\r\n"
+    "  - name: c\r\n    image: x\r\n    resources:\r\n      limits:\r\n        nvidia.com/gpu: 1\r\n",
+    "long lines, flow sequences over lines, block and quoted scalars": f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: big
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{{"a": "{"x" * 6000}"}}'
+spec:
+  template:
+    spec:
+      containers:
+      - name: c
+        image: x
+        args: ["--a", "--b",
+               "--c"]
+        env:
+        - name: SCRIPT
+          value: |-
+            line one
+              indented two
+
+            after blank
+        - name: Q
+          value: 'it''s quoted'
+        resources:
+          limits:
+            # GPUs
+            nvidia.com/gpu: 2   # two
+            cpu: 4
+          requests: {{nvidia.com/gpu: 2, cpu: 4}}
+""",
 }
 
 
