@@ -975,7 +975,7 @@ def _embedded_requests(text: str, config: TranslationConfig) -> list[str] | None
     no object (a script, a command line): then only its text can tell."""
     try:
         docs = list(YAML(typ="safe", pure=True).load_all(text))
-    except (YAMLError, ValueError, TypeError):
+    except (YAMLError, ValueError, TypeError, RecursionError):
         return None
     if not any(isinstance(doc, Mapping) for doc in docs):
         return None
@@ -999,12 +999,15 @@ def _embedded_requests(text: str, config: TranslationConfig) -> list[str] | None
             for index, value in enumerate(node):
                 walk(value, (*path, index), obj, root)
 
-    for doc in docs:
-        if isinstance(doc, Mapping):
-            meta = _mapping(doc.get("metadata")) or {}
-            name = meta.get("name") or meta.get("generateName") or ""
-            obj = " ".join(str(p) for p in (doc.get("kind"), name) if p)
-            walk(doc, (), f"{obj} " if obj else "", doc)
+    try:
+        for doc in docs:
+            if isinstance(doc, Mapping):
+                meta = _mapping(doc.get("metadata")) or {}
+                name = meta.get("name") or meta.get("generateName") or ""
+                obj = " ".join(str(p) for p in (doc.get("kind"), name) if p)
+                walk(doc, (), f"{obj} " if obj else "", doc)
+    except RecursionError:  # an alias that contains itself, or nesting too deep: read as text
+        return None
     return found
 
 
@@ -1199,6 +1202,12 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
             parsed.append(_yaml(_Style()).load(chunk.body))
         except YAMLError as exc:
             raise _yaml_error(source, exc, chunk.line) from None
+        except RecursionError:
+            raise InputError(f"{source}:{chunk.line + 1}: invalid YAML: nested too deeply") from None
+        except ValueError as exc:  # a value ruamel.yaml cannot construct (a timestamp such as 2001-13-45)
+            raise InputError(
+                f"{source}:{chunk.line + 1}: invalid YAML (in the document starting here): {exc}"
+            ) from None
     present = {
         _template_key(obj) for doc in parsed for obj in _objects(doc) if obj.get("kind") == "ResourceClaimTemplate"
     }

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucluster.errors import InputError
 from gpucluster.migrate import MigrateResult, migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from tests.migrate.conftest import Main
@@ -184,3 +185,20 @@ def test_unparseable_embedded_text_with_zero_is_not_reported_but_a_parameter_is(
     counted = templated.replace("nvidia.com/gpu: 0", "nvidia.com/gpu: {{inputs.parameters.gpus}}")
     (line,) = migrate(counted).unhandled
     assert "requests GPUs through extended resources" in line
+
+
+def test_embedded_text_with_a_self_referencing_alias_or_deep_nesting_is_read_as_text() -> None:
+    looped = ARGO_MANIFEST.split("      manifest: |")[0] + '      manifest: "a: &a [*a]\\nnvidia.com/gpu: 1\\n"\n'
+    (line,) = migrate(looped).unhandled
+    assert "requests GPUs through extended resources" in line
+    deep = ARGO_MANIFEST.split("      manifest: |")[0] + "      manifest: '" + "[" * 5000 + "]" * 5000 + "'\n"
+    assert migrate(deep).unhandled == []
+
+
+def test_values_yaml_cannot_construct_are_one_line_errors() -> None:
+    with pytest.raises(
+        InputError, match=r"^bad\.yaml:1: invalid YAML \(in the document starting here\): month must be in 1\.\.12$"
+    ):
+        migrate_text("apiVersion: v1\nkind: ConfigMap\ndata: {day: 2001-13-45}\n", "bad.yaml")
+    with pytest.raises(InputError, match=r"^deep\.yaml:1: invalid YAML: nested too deeply$"):
+        migrate_text("a: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml")
