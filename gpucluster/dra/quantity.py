@@ -53,7 +53,6 @@ Intentional differences (each one is covered by a test)
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from fractions import Fraction
 from typing import Final, Literal
 
 from gpucluster.dra.ordering import Ordered
+from gpucluster.dra.valueerrors import ValueParseError, quote_input
 
 __all__ = [
     "BINARY_SI",
@@ -143,26 +143,16 @@ _POW10POSTAB32: Final = tuple(float(10 ** (32 * i)) for i in range(10))
 _POW10NEGTAB32: Final = tuple(float(f"1e-{32 * i}") for i in range(11))
 
 
-class QuantityError(ValueError):
+class QuantityError(ValueParseError):
     """A string is not a Kubernetes quantity, or a quantity operation is not possible.
 
     ``str(err)`` names the input (``invalid quantity "1.5.3": ...``); ``err.reason`` is the bare
     Kubernetes error text (e.g. ``unable to parse quantity's suffix``).
     """
 
-    def __init__(self, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason: str = message if reason is None else reason
-
-
-def _quote(s: str) -> str:
-    if len(s) > 200:
-        s = s[:200] + "..."
-    return json.dumps(s, ensure_ascii=False)
-
 
 def _invalid(s: str, reason: str) -> QuantityError:
-    return QuantityError(f"invalid quantity {_quote(s)}: {reason}", reason)
+    return QuantityError(f"invalid quantity {quote_input(s)}: {reason}", reason)
 
 
 def _wrap32(x: int) -> int:

@@ -32,12 +32,12 @@ should decide what to do with such values).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Final
 
 from gpucluster.dra.ordering import Ordered
+from gpucluster.dra.valueerrors import ValueParseError, quote_input
 
 __all__ = ["Semver", "SemverError"]
 
@@ -46,21 +46,11 @@ _DIGITS_RE: Final = re.compile(r"[0-9]*")
 _ALPHANUM_RE: Final = re.compile(r"[0-9A-Za-z-]*")
 
 
-class SemverError(ValueError):
+class SemverError(ValueParseError):
     """A string is not a semantic version; ``str(err)`` names the input.
 
     ``err.reason`` is blang/semver's own error text (e.g. ``No Major.Minor.Patch elements found``).
     """
-
-    def __init__(self, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason: str = message if reason is None else reason
-
-
-def _quote(s: str) -> str:
-    if len(s) > 200:
-        s = s[:200] + "..."
-    return json.dumps(s, ensure_ascii=False)
 
 
 class _Invalid(Exception):
@@ -73,15 +63,15 @@ def _parse_uint(s: str) -> int:
         raise _Invalid('strconv.ParseUint: parsing "": invalid syntax')
     digits = s.lstrip("0")
     if len(digits) > 20 or int(digits or "0") > _UINT64_MAX:
-        raise _Invalid(f"strconv.ParseUint: parsing {_quote(s)}: value out of range")
+        raise _Invalid(f"strconv.ParseUint: parsing {quote_input(s)}: value out of range")
     return int(s)
 
 
 def _component(part: str, name: str) -> int:
     if _DIGITS_RE.fullmatch(part) is None:
-        raise _Invalid(f"Invalid character(s) found in {name} number {_quote(part)}")
+        raise _Invalid(f"Invalid character(s) found in {name} number {quote_input(part)}")
     if len(part) > 1 and part[0] == "0":
-        raise _Invalid(f"{name.capitalize()} number must not contain leading zeroes {_quote(part)}")
+        raise _Invalid(f"{name.capitalize()} number must not contain leading zeroes {quote_input(part)}")
     return _parse_uint(part)
 
 
@@ -91,11 +81,11 @@ def _prerelease_id(s: str) -> str | int:
         raise _Invalid("Prerelease is empty")
     if _DIGITS_RE.fullmatch(s) is not None:
         if len(s) > 1 and s[0] == "0":
-            raise _Invalid(f"Numeric PreRelease version must not contain leading zeroes {_quote(s)}")
+            raise _Invalid(f"Numeric PreRelease version must not contain leading zeroes {quote_input(s)}")
         return _parse_uint(s)
     if _ALPHANUM_RE.fullmatch(s) is not None:
         return s
-    raise _Invalid(f"Invalid character(s) found in prerelease {_quote(s)}")
+    raise _Invalid(f"Invalid character(s) found in prerelease {quote_input(s)}")
 
 
 def _strict(s: str) -> Semver:
@@ -126,7 +116,7 @@ def _strict(s: str) -> Semver:
         if not b:
             raise _Invalid("Build meta data is empty")
         if _ALPHANUM_RE.fullmatch(b) is None:
-            raise _Invalid(f"Invalid character(s) found in build meta data {_quote(b)}")
+            raise _Invalid(f"Invalid character(s) found in build meta data {quote_input(b)}")
     return Semver(major, minor, patch, pre, build)
 
 
@@ -176,7 +166,7 @@ class Semver(Ordered):
         try:
             return _strict(_normalize(s) if normalize else s)
         except _Invalid as err:
-            raise SemverError(f"invalid semver {_quote(s)}: {err}", str(err)) from None
+            raise SemverError(f"invalid semver {quote_input(s)}: {err}", str(err)) from None
 
     def compare(self, other: Semver) -> int:
         """-1, 0 or 1 by SemVer precedence (blang ``Version.Compare``; build metadata ignored)."""
