@@ -926,6 +926,10 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
       (``spec.deploymentConfig.resources``, ``sidecarConfig.resources``); its operator asks for
       nvidia.com/gpu when ``gpuType`` is unset, and for nothing when ``gpu`` is;
     * KubeAI ``Model`` ``spec.resourceProfile: nvidia-...:N``: KubeAI's NVIDIA profiles;
+    * ``{resourceType|type: nvidia.com/gpu, resourceCount|count: N}``: an accelerator request (a
+      Kubeflow pipeline's executor); profiles and limits with other counts are not requests;
+    * SparkApplication ``sparkConf`` ``spark.<role>.resource.<name>.amount`` with the vendor
+      ``nvidia.com``, unless the role's ``gpu`` field says the same;
     * KAITO ``Workspace`` ``inference.preset`` / ``tuning.preset``: KAITO asks for the preset's GPU
       count on the pods it creates (a ``template`` is a pod template, migrated as such).
     """
@@ -934,7 +938,17 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
     name, quantity = mapping.get("name"), mapping.get("quantity")
     if _is_gpu(name, ctx.config) and "quantity" in mapping and not _is_zero(quantity):
         found.append(f"{ctx.obj} {_fmt(where)}: {name} {plain(quantity)} (operator field); {manual}")
+    for type_key, count_key in (("resourceType", "resourceCount"), ("type", "count")):
+        kind, amount = mapping.get(type_key), mapping.get(count_key)
+        if _is_gpu(kind, ctx.config) and count_key in mapping and not _is_zero(amount):
+            found.append(
+                f"{ctx.obj} {_fmt(where)}: {kind} {plain(amount)} ({type_key}/{count_key}, an accelerator "
+                f"request such as a Kubeflow pipeline's); {manual}"
+            )
+            break
     group = str(ctx.root.get("apiVersion") or "").partition("/")[0]
+    if group == "sparkoperator.k8s.io" and where in (("spec",), ("spec", "template")):
+        found.extend(_spark_conf(ctx, mapping, where, manual))
     # The production stack asks for ``gpu`` of ``gpuType`` (nvidia.com/gpu when unset), and only
     # when ``gpu`` is set.
     gpu_type, count = mapping.get("gpuType"), mapping.get("gpu")
@@ -965,6 +979,29 @@ def _operator_fields(ctx: _Context, mapping: Mapping[str, Any], where: Path) -> 
                 f"{ctx.obj} spec.resourceProfile: {profile} (KubeAI's {match.group(1)} profile asks for "
                 f"nvidia.com/gpu in its default configuration); {manual}"
             )
+    return found
+
+
+_SPARK_AMOUNT = re.compile(r"^spark\.(driver|executor)\.resource\.([\w-]+)\.amount$")
+
+
+def _spark_conf(ctx: _Context, spec: Mapping[str, Any], where: Path, manual: str) -> list[str]:
+    """Spark's own resource settings (``sparkConf``): ``spark.executor.resource.gpu.amount`` with
+    ``spark.executor.resource.gpu.vendor: nvidia.com`` makes Spark ask for ``nvidia.com/gpu`` on
+    the executor pods. Not reported again when the role's ``gpu`` field (reported) sets it too."""
+    conf = _mapping(spec.get("sparkConf")) or {}
+    found: list[str] = []
+    for key, amount in conf.items():
+        match = _SPARK_AMOUNT.match(str(key))
+        if match is None or _is_zero(amount):
+            continue
+        role, name = match.groups()
+        vendor = conf.get(f"spark.{role}.resource.{name}.vendor")
+        resource = f"{vendor}/{name}" if isinstance(vendor, str) else None
+        gpu_field = _mapping((_mapping(spec.get(role)) or {}).get("gpu")) or {}
+        if resource is None or not _is_gpu(resource, ctx.config) or _is_gpu(gpu_field.get("name"), ctx.config):
+            continue
+        found.append(f"{ctx.obj} {_fmt((*where, 'sparkConf', str(key)))}: {resource} {plain(amount)}; {manual}")
     return found
 
 

@@ -240,3 +240,59 @@ def test_kaito_preset_workspace_is_reported_and_a_templated_one_is_migrated() ->
     )
     result = migrate(templated)
     assert result.unhandled == [] and [w.where for w in result.migrated] == ["inference.template"]
+
+
+SPARK_CONF = """\
+apiVersion: sparkoperator.k8s.io/v1beta2
+kind: SparkApplication
+metadata:
+  name: rapids
+spec:
+  type: Scala
+  sparkConf:
+    "spark.executor.resource.gpu.amount": "1"
+    "spark.executor.resource.gpu.vendor": "nvidia.com"
+    "spark.executor.resource.gpu.discoveryScript": "/opt/sparkRapidsPlugin/getGpusResources.sh"
+    "spark.task.resource.gpu.amount": "0.25"
+  executor:
+    instances: 2
+"""
+
+
+def test_spark_conf_gpu_amount_is_reported_once() -> None:
+    assert migrate(SPARK_CONF).unhandled == [
+        f'SparkApplication rapids spec.sparkConf["spark.executor.resource.gpu.amount"]: nvidia.com/gpu 1; '
+        f"{MANUAL.removeprefix('(operator field); ')}"
+    ]
+    # With the executor's gpu field too, it is one request, reported at the field.
+    both = SPARK_CONF + "    gpu:\n      name: nvidia.com/gpu\n      quantity: 1\n"
+    assert [line.split(":")[0] for line in migrate(both).unhandled] == ["SparkApplication rapids spec.executor.gpu"]
+    assert migrate(SPARK_CONF.replace('amount": "1"', 'amount": "0"')).unhandled == []
+    assert migrate(SPARK_CONF.replace('"nvidia.com"', '"amd.com"')).unhandled == []
+
+
+KFP_PIPELINE = """\
+# A Kubeflow pipeline compiled by kfp 2: the backend makes the executor's pod ask for the accelerator.
+deploymentSpec:
+  executors:
+    exec-train:
+      container:
+        image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime
+        resources:
+          accelerator:
+            resourceCount: '1'
+            resourceType: nvidia.com/gpu
+pipelineInfo:
+  name: train
+"""
+
+
+def test_accelerator_requests_are_reported_and_profiles_are_not() -> None:
+    (line,) = migrate(KFP_PIPELINE).unhandled
+    assert line.startswith(
+        "object <unnamed> deploymentSpec.executors.exec-train.container.resources.accelerator: nvidia.com/gpu 1"
+    )
+    assert migrate(KFP_PIPELINE.replace("resourceCount: '1'", "resourceCount: '0'")).unhandled == []
+    # Capacity and profile declarations name the resource without asking for it.
+    profile = "resourceLimits:\n- resourceType: nvidia.com/gpu\n  minimum: 1\n  maximum: 2\n"
+    assert migrate(profile).unhandled == []
