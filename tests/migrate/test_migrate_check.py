@@ -202,3 +202,18 @@ def test_values_yaml_cannot_construct_are_one_line_errors() -> None:
         migrate_text("apiVersion: v1\nkind: ConfigMap\ndata: {day: 2001-13-45}\n", "bad.yaml")
     with pytest.raises(InputError, match=r"^deep\.yaml:1: invalid YAML: nested too deeply$"):
         migrate_text("a: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml")
+
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def test_published_zero_request_passes_check_and_a_spark_gpu_field_fails_it(
+    gpucluster: Main, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert gpucluster("migrate", "-f", str(CORPUS / "autopilot__helm-charts_autopilot_values.yaml"), "--check") == 0
+    spark = CORPUS / "data-on-eks__data-stacks_spark-on-eks_examples_spark-rapids_spark-rapids-app-gpus.yaml"
+    assert gpucluster("migrate", "-f", str(spark), "--check") == 1
+    out, _ = capsys.readouterr()
+    assert (
+        f"needs manual migration {spark}: SparkApplication spark-team-a/spark-rapids-yunikorn spec.executor.gpu:" in out
+    )
