@@ -141,3 +141,68 @@ def test_the_toolkit_never_imports_a_shell_or_the_cli() -> None:
 def test_every_form_of_import_is_seen(source: str, module: str, found: str) -> None:
     names = {name for _, name in imports(source, module, is_package=module == "gpucluster")}
     assert found in names
+
+
+def _runtime_edges(path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports when it runs (lazy imports in functions
+    included, ``if TYPE_CHECKING:`` blocks not). ``from pkg import submodule`` is an edge to the
+    submodule, not to the package."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            edges |= subs
+            if len(subs) < len(node.names) and node.module in known:
+                edges.add(node.module)
+    return edges - {_module_name(path)}
+
+
+def import_cycles(packages: tuple[str, ...]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    modules = {name: path for package in packages for name, path in _modules(package).items()}
+    graph = {name: _runtime_edges(path, set(modules)) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """dra/gates <-> dra/model and sandbox/apiserver core <-> rbac <-> rbac_bootstrap used to."""
+    assert import_cycles(("gpucluster", *SHELLS)) == []

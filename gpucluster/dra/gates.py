@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
+from gpucluster.dra.inputerror import SUPPORTED_VERSIONS, AllocatorInputError
 
 ADMIN_ACCESS = "DRAAdminAccess"
 PRIORITIZED_LIST = "DRAPrioritizedList"

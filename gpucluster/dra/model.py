@@ -10,27 +10,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from gpucluster.dra import gates as g
+
+# Re-exported: the allocator's callers import them from here.
+from gpucluster.dra.inputerror import SUPPORTED_VERSIONS as SUPPORTED_VERSIONS
+from gpucluster.dra.inputerror import AllocatorInputError as AllocatorInputError
 from gpucluster.dra.quantity import QuantityError, parse_cached
 from gpucluster.nodeselector import parse_int64, requirement_matches
 
 # resourceapi.AllocationResultsMaxSize (k8s.io/api/resource/v1).
 ALLOCATION_RESULTS_MAX_SIZE = 32
 
-SUPPORTED_VERSIONS = ("1.34", "1.35", "1.36")
-
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device): what Kubernetes calls a DeviceID."""
-
-
-class AllocatorInputError(ValueError):
-    """Input the API server would have rejected: the message names the object and the field path.
-
-    ``source`` says which input it came from: ``"claims"``, ``"cluster"`` or ``""`` (an argument).
-    """
-
-    def __init__(self, message: str, source: str = "") -> None:
-        super().__init__(message)
-        self.source = source
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +107,6 @@ class Semantics:
     @staticmethod
     def for_version(version: str, feature_gates: Mapping[str, bool] | None = None) -> Semantics:
         """``version``'s semantics with its default feature gates, changed by ``feature_gates``."""
-        from gpucluster.dra import gates as g  # gates imports this module
-
         enabled = g.resolve(version, feature_gates)
         minor = int(version.split(".")[1])
         implementation = variant(version, enabled)
@@ -163,8 +153,6 @@ def variant(version: str, enabled: Mapping[str, bool]) -> str:
     those four, incubating adds binding conditions and consumable capacity, experimental list
     attributes.
     """
-    from gpucluster.dra import gates as g
-
     minor = int(version.split(".")[1])
     on = {name for name, value in enabled.items() if value and name != g.FILTER_TIMEOUT}
     basic = {g.ADMIN_ACCESS, g.PRIORITIZED_LIST, g.PARTITIONABLE_DEVICES, g.DEVICE_TAINTS}

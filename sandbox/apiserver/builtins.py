@@ -14,7 +14,7 @@ from typing import Any
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
 from sandbox.apiserver import podspec
 from sandbox.apiserver.podspec import DecodeError
-from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors
+from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
@@ -85,14 +85,6 @@ def go_json(value: Any) -> str:
     """How a field error prints its bad value: Go's json.Marshal (compact, HTML characters escaped)."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def subdomain_errors(value: str) -> list[str]:
-    """validation.IsDNS1123Subdomain."""
-    out = ["must be no more than 253 characters"] if len(value) > 253 else []
-    if not DNS1123_SUBDOMAIN.match(value):
-        out.append(_SUBDOMAIN_MSG)
-    return out
 
 
 def label_selector_causes(selector: Any, path: str) -> list[Cause]:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from gpucluster import timestamps
 from sandbox.apiserver import apply as ssa
 from sandbox.apiserver import builtins, crds, errors, podspec, schemas
+from sandbox.apiserver.context import Attributes as Attributes
+from sandbox.apiserver.context import Context as Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
 from sandbox.apiserver.resources import Registry, ResourceType
@@ -77,46 +79,6 @@ class UnknownError(ApiError):
 
     def status(self) -> Obj:
         return {k: v for k, v in super().status().items() if k != "reason"}
-
-
-@dataclass
-class Context:
-    """Who asks and how: the per-request options the semantics depend on."""
-
-    user: Obj = field(
-        default_factory=lambda: {"username": "sandbox-admin", "groups": ["system:masters", "system:authenticated"]}
-    )
-    dry_run: bool = False
-    field_manager: str = ""
-    user_agent: str = ""
-    field_validation: str = "Warn"
-    warnings: list[str] = field(default_factory=list)
-    options: Obj = field(default_factory=dict)
-    """The CreateOptions/UpdateOptions fields the request set (dryRun, fieldManager, fieldValidation),
-    as admission (and so webhooks' ``request.options``) sees them."""
-
-    def manager(self) -> str:
-        if self.field_manager:
-            return self.field_manager
-        agent = self.user_agent.split("/", 1)[0].strip()
-        return agent[:128] or "unknown"
-
-
-@dataclass
-class Attributes:
-    """What an admission hook sees (``object`` may be replaced by a mutating hook)."""
-
-    operation: str  # CREATE | UPDATE | DELETE
-    resource: ResourceType
-    subresource: str
-    namespace: str
-    name: str
-    object: Obj | None
-    old_object: Obj | None
-    dry_run: bool
-    options: Obj
-    user: Obj
-    warnings: list[str]
 
 
 AdmissionHook = Callable[[Attributes], Awaitable[None]]

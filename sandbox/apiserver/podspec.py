@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from gpucluster.dra.quantity import Quantity, QuantityError
-from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors
+from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
@@ -487,8 +487,6 @@ def toleration_causes(tolerations: Any, path: str) -> list[Cause]:
 
 def pod_spec_causes(spec: Any, path: str) -> list[Cause]:
     """ValidatePodSpec, in its order, for the fields listed in the module docstring."""
-    from sandbox.apiserver.builtins import subdomain_errors
-
     if not isinstance(spec, dict):
         return [_required(path)]
     volumes, causes = _volumes(spec.get("volumes"), f"{path}.volumes")

@@ -33,15 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver import errors, protobuf
 from sandbox.apiserver.auth import AUTHENTICATED, SA_PREFIX, Authenticator, UserInfo
-from sandbox.apiserver.builtins import DNS1123_LABEL, subdomain_errors
+from sandbox.apiserver.builtins import DNS1123_LABEL
+from sandbox.apiserver.context import Context
 from sandbox.apiserver.errors import ApiError
 from sandbox.apiserver.rbac_bootstrap import bootstrap_objects, seed
 from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.selectors import go_bool
+from sandbox.apiserver.selectors import go_bool, subdomain_errors
 from sandbox.apiserver.store import Event, Store
 
 if TYPE_CHECKING:
-    from sandbox.apiserver.core import ApiCore, Attributes
+    from sandbox.apiserver.context import Attributes
+    from sandbox.apiserver.core import ApiCore
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.rbac")
@@ -786,8 +788,6 @@ class Aggregator:
             self._wake.set()
 
     async def sync(self) -> None:
-        from sandbox.apiserver.core import Context
-
         rt = self.core.registry.get(GROUP, "v1", "clusterroles")
         if rt is None:
             return

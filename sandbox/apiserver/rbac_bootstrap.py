@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.apiserver.auth import ADMIN
+from sandbox.apiserver.context import Context
 
 if TYPE_CHECKING:
     from sandbox.apiserver.core import ApiCore
@@ -251,8 +252,6 @@ def bootstrap_objects() -> list[tuple[str, Obj]]:
 
 async def seed(core: ApiCore) -> None:
     """Create the bootstrap policy objects that are missing (as kube-apiserver's post-start hook)."""
-    from sandbox.apiserver.core import Context
-
     for plural, obj in bootstrap_objects():
         rt = core.registry.get(GROUP, "v1", plural)
         if rt is None or core.store.get(rt.key, "", obj["metadata"]["name"]) is not None:

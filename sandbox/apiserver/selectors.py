@@ -97,6 +97,17 @@ def _regex_error(message: str, fmt: str, *examples: str) -> str:
     return f"{message} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
+_DNS1123_SUBDOMAIN_RE = re.compile(f"^{_DNS1123_SUBDOMAIN_FMT}$")
+
+
+def subdomain_errors(value: str) -> list[str]:
+    """validation.IsDNS1123Subdomain."""
+    out = [_max_len(253)] if len(value) > 253 else []
+    if not _DNS1123_SUBDOMAIN_RE.match(value):
+        out.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
+    return out
+
+
 def _max_len(n: int) -> str:
     return f"must be no more than {n} characters"
 
