@@ -35,7 +35,7 @@ it with the cluster's Namespaces, DeviceClasses, ResourceClaimTemplates and Reso
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -475,28 +475,29 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
             found = by_key.get((namespace, str(ref.get("kind")), str(ref.get("name"))))
         return Ref(str(ref.get("kind")), str(ref.get("name"))), found
 
-    def chain(obj: Mapping[str, Any], namespace: str) -> list[Ref]:
-        refs = [_ref(obj)]
+    def climb(
+        obj: Mapping[str, Any], namespace: str, limit: int = 16
+    ) -> Iterator[tuple[Ref, Mapping[str, Any] | None]]:
+        """Up ``obj``'s owner chain: each owner's reference and the owner when listed (the climb
+        ends after an owner that is not), at most ``limit`` steps."""
         current: Mapping[str, Any] | None = obj
-        while current is not None and len(refs) < 16:
-            up = owner(current, namespace)
+        for _ in range(limit):
+            up = owner(current, namespace) if current is not None else None
             if up is None:
-                break
-            refs.append(up[0])
+                return
+            yield up
             current = up[1]
-        return refs
+
+    def chain(obj: Mapping[str, Any], namespace: str) -> list[Ref]:
+        return [_ref(obj), *(ref for ref, _ in climb(obj, namespace, limit=15))]
 
     # The finding each legacy object belongs to: its highest legacy ancestor, or an owner not listed.
     anchors: dict[_Key, _Key] = {}
     migrated_owner: dict[_Key, Ref] = {}
     for key, obj in legacy.items():
         namespace = key[0]
-        current_key, current = key, obj
-        for _ in range(16):
-            up = owner(current, namespace)
-            if up is None:
-                break
-            ref, found = up
+        current_key = key
+        for ref, found in climb(obj, namespace):
             if found is None:
                 current_key = _key(namespace, ref)
                 break
@@ -504,7 +505,7 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
             if found_key not in legacy:
                 migrated_owner[current_key] = ref
                 break
-            current_key, current = found_key, found
+            current_key = found_key
         anchors[key] = current_key
 
     members: dict[_Key, list[_Key]] = {}
@@ -521,13 +522,8 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
             continue
         namespace = key[0]
         target: _Key | None = key
-        climbing: Mapping[str, Any] = obj
         under_legacy = False
-        for _ in range(16):
-            up = owner(climbing, namespace)
-            if up is None:
-                break
-            ref, found = up
+        for ref, found in climb(obj, namespace):
             if found is None:
                 target = _key(namespace, ref)
                 break
@@ -538,7 +534,6 @@ def audit(objects: Iterable[Mapping[str, Any]], *, decide: Decide) -> list[Findi
             if pod_template(found) is not None:
                 target = None  # its owner's template is migrated: the next pods need no translation
                 break
-            climbing = found
         # Without a legacy owner only the webhook's own label tells translation from a migrated manifest.
         if target is not None and (under_legacy or _translated_by_webhook(obj)):
             translated.setdefault(target, []).append(key)
