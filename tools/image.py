@@ -194,40 +194,27 @@ def base_image(epoch: int) -> str:
 
 
 def _archive_facts(archive: Path) -> dict[str, Any]:
-    """Digests and sizes read back from the OCI archive itself."""
+    """Digests and sizes read back from the OCI archive itself (the node's own reader)."""
+    from sandbox.sim.images import blob, manifests
+
     with tarfile.open(archive) as tar:
-
-        def blob(digest: str) -> bytes:
-            f = tar.extractfile("blobs/" + digest.replace(":", "/"))
-            assert f is not None
-            return f.read()
-
-        index = json.loads(blob_file(tar, "index.json"))
-        manifest_digest = index["manifests"][0]["digest"]
-        manifest = json.loads(blob(manifest_digest))
-        config = json.loads(blob(manifest["config"]["digest"]))
-        compressed = sum(int(layer["size"]) for layer in manifest["layers"])
+        (tagged,) = manifests(tar)
+        layers = tagged.manifest["layers"]
         unpacked = 0
-        for layer in manifest["layers"]:
-            with gzip.open(tar.extractfile("blobs/" + layer["digest"].replace(":", "/"))) as g:  # type: ignore[arg-type]
+        for layer in layers:
+            with gzip.open(blob(tar, layer["digest"])) as g:
                 while chunk := g.read(1 << 20):
                     unpacked += len(chunk)
+    run = tagged.config.get("config", {})
     return {
-        "manifest": manifest_digest,
-        "config": manifest["config"]["digest"],
-        "layers": [layer["digest"] for layer in manifest["layers"]],
-        "compressed_bytes": compressed,
+        "manifest": tagged.digest,
+        "config": tagged.manifest["config"]["digest"],
+        "layers": [layer["digest"] for layer in layers],
+        "compressed_bytes": sum(int(layer["size"]) for layer in layers),
         "unpacked_bytes": unpacked,
-        "user": config.get("config", {}).get("User"),
-        "labels": config.get("config", {}).get("Labels") or {},
+        "user": run.get("User"),
+        "labels": run.get("Labels") or {},
     }
-
-
-def blob_file(tar: tarfile.TarFile, name: str) -> bytes:
-    f = tar.extractfile(name)
-    if f is None:
-        raise ImageError(f"{name} is not a file in the archive")
-    return f.read()
 
 
 def recorded() -> dict[str, Any] | None:

@@ -161,6 +161,12 @@ def become(spec: dict[str, Any]) -> None:
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
 
+def command(spec: dict[str, Any]) -> list[str]:
+    """The argv that starts a container from ``spec`` (this file, run by the same interpreter,
+    isolated: ``-I -S``, standard library only)."""
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps(spec)]
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     try:

@@ -106,15 +106,45 @@ class ImageStore:
         return sorted({i.reference for i in self.images.values()})
 
 
-def _blob(tar: tarfile.TarFile, digest: str) -> IO[bytes]:
-    algorithm, _, hexdigest = digest.partition(":")
+def _member(tar: tarfile.TarFile, name: str, what: str) -> IO[bytes]:
     try:
-        f = tar.extractfile(f"blobs/{algorithm}/{hexdigest}")
+        f = tar.extractfile(name)
     except KeyError:
         f = None
     if f is None:
-        raise ImageError(f"{tar.name!s}: blob {digest} is missing")
+        raise ImageError(f"{tar.name!s}: {what} is missing")
     return f
+
+
+def blob(tar: tarfile.TarFile, digest: str) -> IO[bytes]:
+    """The content an OCI archive holds under ``digest`` (``sha256:...``)."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return _member(tar, f"blobs/{algorithm}/{hexdigest}", f"blob {digest}")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One tagged image of an archive, as its index names it."""
+
+    reference: str
+    """As tagged (``org.opencontainers.image.ref.name``), not normalized."""
+    digest: str
+    manifest: Obj
+    config: Obj
+
+
+def manifests(tar: tarfile.TarFile) -> list[Manifest]:
+    """The tagged images of an open OCI archive (index.json, then each manifest and config)."""
+    index = json.load(_member(tar, "index.json", "index.json"))
+    out = []
+    for desc in index.get("manifests") or []:
+        ref = (desc.get("annotations") or {}).get(REF_NAME)
+        if not ref:
+            continue
+        digest = str(desc["digest"])
+        manifest = json.load(blob(tar, digest))
+        out.append(Manifest(str(ref), digest, manifest, json.load(blob(tar, manifest["config"]["digest"]))))
+    return out
 
 
 def load_archive(archive: Path, cache: Path) -> list[Image]:
@@ -134,24 +164,17 @@ def load_archive(archive: Path, cache: Path) -> list[Image]:
 
 def _images(tar: tarfile.TarFile, archive: Path, cache: Path) -> list[Image]:
     out = []
-    index = json.loads(_blob_named(tar, "index.json"))
-    for desc in index.get("manifests") or []:
-        ref = (desc.get("annotations") or {}).get(REF_NAME)
-        if not ref:
-            continue
-        digest = str(desc["digest"])
-        manifest = json.load(_blob(tar, digest))
-        config = json.load(_blob(tar, manifest["config"]["digest"]))
-        rootfs = _unpack(tar, digest, manifest, cache)
-        run = config.get("config") or {}
+    for tagged in manifests(tar):
+        rootfs = _unpack(tar, tagged.digest, tagged.manifest, cache)
+        run = tagged.config.get("config") or {}
         env = []
         for item in run.get("Env") or []:
             key, _, value = str(item).partition("=")
             env.append((key, value))
         out.append(
             Image(
-                reference=normalize(ref),
-                digest=digest,
+                reference=normalize(tagged.reference),
+                digest=tagged.digest,
                 rootfs=rootfs,
                 entrypoint=tuple(run.get("Entrypoint") or ()),
                 cmd=tuple(run.get("Cmd") or ()),
@@ -164,16 +187,6 @@ def _images(tar: tarfile.TarFile, archive: Path, cache: Path) -> list[Image]:
     if not out:
         raise ImageError(f"{archive}: no tagged image in index.json")
     return out
-
-
-def _blob_named(tar: tarfile.TarFile, name: str) -> bytes:
-    try:
-        f = tar.extractfile(name)
-    except KeyError:
-        f = None
-    if f is None:
-        raise ImageError(f"{tar.name!s}: no {name}")
-    return f.read()
 
 
 @contextlib.contextmanager
@@ -200,7 +213,7 @@ def _unpack(tar: tarfile.TarFile, digest: str, manifest: Obj, cache: Path) -> Pa
         (partial / "rootfs").mkdir(parents=True)
         for layer in manifest.get("layers") or []:
             media = str(layer.get("mediaType") or "")
-            stream = _blob(tar, str(layer["digest"]))
+            stream = blob(tar, str(layer["digest"]))
             fileobj: IO[bytes] = stream
             if "gzip" in media:
                 fileobj = gzip.GzipFile(fileobj=stream)  # type: ignore[assignment]

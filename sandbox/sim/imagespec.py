@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.sim import podenv
+from sandbox.sim.images import Image
 
 Obj = dict[str, Any]
 
@@ -119,6 +120,39 @@ def argv(container: Obj, entrypoint: Sequence[str], cmd: Sequence[str], env: Map
     if not out:
         raise ImageConfigError("no command specified")
     return out
+
+
+def launch_spec(
+    pod: Obj,
+    container: Obj,
+    image: Image,
+    *,
+    layers: Path,
+    mounts: Sequence[Obj],
+    etc: Mapping[str, str],
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> Obj:
+    """What ``container.py`` is given to start ``container`` of ``pod`` from ``image``: the root's
+    layers under ``layers`` (``root``, ``upper``, ``work``), the mounts, the user, the privileges."""
+    who = identity(pod, container, image.user, image.rootfs)
+    sc = container.get("securityContext") or {}
+    return {
+        "rootfs": str(image.rootfs),
+        "root": str(layers / "root"),
+        "upper": str(layers / "upper"),
+        "work": str(layers / "work"),
+        "readOnlyRoot": bool(sc.get("readOnlyRootFilesystem")),
+        "mounts": list(mounts),
+        "etc": dict(etc),
+        "uid": who.uid,
+        "gid": who.gid,
+        "groups": list(who.groups),
+        "noNewPrivs": sc.get("allowPrivilegeEscalation") is False,
+        "cwd": str(container.get("workingDir") or image.workdir or "/"),
+        "argv": list(argv),
+        "env": dict(env),
+    }
 
 
 def fs_user(pod: Obj) -> int | None:

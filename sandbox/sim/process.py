@@ -28,13 +28,11 @@ import ctypes
 import hashlib
 import inspect
 import ipaddress
-import json
 import logging
 import os
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -422,13 +420,13 @@ class PodRuntime:
 
     # -- containers
 
-    def _base_env(self, c: ContainerRun) -> dict[str, str]:
+    def _kubelet_env(self) -> dict[str, str]:
+        """What the kubelet gives every container, from an image or not: the API's service
+        variables, the hostname, and the pod IP to bind (pods share this machine's network)."""
         api = urlparse(self.owner.api.url)
         host, port = api.hostname or "127.0.0.1", str(api.port or 443)
         proto = f"tcp://{host}:{port}"
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": str(self.dir),
+        return {
             "HOSTNAME": self.name,
             "PYTHONUNBUFFERED": "1",
             "KUBERNETES_SERVICE_HOST": host,
@@ -440,6 +438,15 @@ class PodRuntime:
             "KUBERNETES_PORT_443_TCP_PORT": port,
             "KUBERNETES_PORT_443_TCP_ADDR": host,
             "GPUCLUSTER_BIND_ADDRESS": self.ip,
+        }
+
+    def _base_env(self, c: ContainerRun) -> dict[str, str]:
+        """A process container's: this machine's PATH and locale, HOME the pod directory, mount
+        paths remapped into it."""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(self.dir),
+            **self._kubelet_env(),
         }
         for name in ("LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR"):
             if name in os.environ:
@@ -467,45 +474,28 @@ class PodRuntime:
         """The image's environment under the kubelet's: no path remapping, real mount paths."""
         env = dict(image.env)
         env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        base = self._base_env(c)
-        for name in ("PATH", "HOME", "GPUCLUSTER_SERVICEACCOUNT_DIR", "TMPDIR", "LANG", "LC_ALL"):
-            base.pop(name, None)
-        for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):  # host paths, meaningless inside the image
-            base.pop(name, None)
-        env.update(base)
+        env.update(self._kubelet_env())
         env.setdefault("HOME", "/")
         return podenv.container_env(self._ctx(), c.spec, env, [x.spec for x in self.containers])
 
     def _launch_spec(self, c: ContainerRun, image: Image, argv: list[str], env: Mapping[str, str]) -> Obj:
-        who = imagespec.identity(self.pod, c.spec, image.user, image.rootfs)
-        sc = c.spec.get("securityContext") or {}
-        layers = self.dir / ".containers" / c.name
-        return {
-            "rootfs": str(image.rootfs),
-            "root": str(layers / "root"),
-            "upper": str(layers / "upper"),
-            "work": str(layers / "work"),
-            "readOnlyRoot": bool(sc.get("readOnlyRootFilesystem")),
-            "mounts": self.image_mounts.get(c.name, []),
-            "etc": {name: str(self.dir / ".etc" / name) for name in ("hosts", "hostname", "resolv.conf")},
-            "uid": who.uid,
-            "gid": who.gid,
-            "groups": list(who.groups),
-            "noNewPrivs": sc.get("allowPrivilegeEscalation") is False,
-            "cwd": str(c.spec.get("workingDir") or image.workdir or "/"),
-            "argv": argv,
-            "env": dict(env),
-        }
-
-    def _launcher(self, spec: Obj) -> list[str]:
-        return [sys.executable, "-I", "-S", str(Path(container_launcher.__file__)), json.dumps(spec)]
+        return imagespec.launch_spec(
+            self.pod,
+            c.spec,
+            image,
+            layers=self.dir / ".containers" / c.name,
+            mounts=self.image_mounts.get(c.name, []),
+            etc={name: str(self.dir / ".etc" / name) for name in ("hosts", "hostname", "resolv.conf")},
+            argv=argv,
+            env=env,
+        )
 
     def _command(self, c: ContainerRun) -> tuple[list[str], dict[str, str], Path]:
         image = self.images.get(c.name)
         if image is not None:
             env = self._image_env(c, image)
             spec = self._launch_spec(c, image, imagespec.argv(c.spec, image.entrypoint, image.cmd, env), env)
-            return self._launcher(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, self.dir
+            return container_launcher.command(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, self.dir
         store = self.owner.options.images
         ref = str(c.spec.get("image") or "")
         if store is not None and store.has_repository(ref):
@@ -766,7 +756,7 @@ class PodRuntime:
         if image is not None and c.proc is not None:  # into the running container's mount namespace
             inner = self._image_env(c, image)
             spec = {**self._launch_spec(c, image, list(command), inner), "join": c.proc.pid}
-            command, env = self._launcher(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            command, env = container_launcher.command(spec), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         entry = (
             None
             if image is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import signal
 import socket
@@ -25,11 +24,21 @@ from sandbox.sim import container, imagespec
 from sandbox.sim.images import Image
 
 UID = 65532
-# The operator Deployment's pod security context (charts/gpucluster/templates/deployment.yaml).
+# The operator Deployment's pod and container security contexts (charts/gpucluster/templates:
+# deployment.yaml and _helpers.tpl's gpucluster.containerSecurityContext).
+CHART_CONTAINER: dict[str, Any] = {
+    "name": "operator",
+    "securityContext": {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    },
+}
 CHART_POD: dict[str, Any] = {
     "spec": {
         "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
-        "containers": [{"name": "operator"}],
+        "containers": [CHART_CONTAINER],
     }
 }
 
@@ -75,31 +84,17 @@ def launch(
     env: dict[str, str] | None = None,
     **popen: Any,
 ) -> subprocess.Popen[str]:
-    """Start ``argv`` in a container of ``image`` (read-only root, no privileges, the pod's user)."""
+    """Start ``argv`` in the pod's first container, from ``image``, as the process kubelet would
+    (the chart's: read-only root, no privileges, the pod's user)."""
     mounts = lay_out(root / "volumes", pod, volumes)
-    who = imagespec.identity(pod, pod["spec"]["containers"][0], image.user, image.rootfs)
     layers = root / "layers"
     for part in ("root", "upper", "work"):
         (layers / part).mkdir(parents=True, exist_ok=True)
-    spec = {
-        "rootfs": str(image.rootfs),
-        "root": str(layers / "root"),
-        "upper": str(layers / "upper"),
-        "work": str(layers / "work"),
-        "readOnlyRoot": True,
-        "mounts": mounts,
-        "etc": {},
-        "uid": who.uid,
-        "gid": who.gid,
-        "groups": list(who.groups),
-        "noNewPrivs": True,
-        "cwd": image.workdir,
-        "argv": argv,
-        "env": {**dict(image.env), **(env or {})},
-    }
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", container.__file__, json.dumps(spec)], text=True, start_new_session=True, **popen
-    )
+    spec = imagespec.launch_spec(
+        pod, pod["spec"]["containers"][0], image, layers=layers, mounts=mounts, etc={}, argv=argv,
+        env={**dict(image.env), **(env or {})},
+    )  # fmt: skip
+    return subprocess.Popen(container.command(spec), text=True, start_new_session=True, **popen)
 
 
 def tmp_volume() -> Volume:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sandbox.sim import imagespec
-from sandbox.sim.images import Image, ImageStore
+from sandbox.sim.images import Image, ImageStore, Manifest, manifests
 from tests.image import run
 from tests.image.run import UID
 from tools import image as build
@@ -39,19 +39,10 @@ def record() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def archive_config(record: dict[str, Any]) -> dict[str, Any]:
+def archive_config(record: dict[str, Any]) -> Manifest:
     with tarfile.open(build.ARCHIVE) as tar:
-
-        def read(name: str) -> Any:
-            f = tar.extractfile(name)
-            assert f is not None
-            return json.load(f)
-
-        index = read("index.json")
-        (desc,) = index["manifests"]
-        manifest = read("blobs/" + desc["digest"].replace(":", "/"))
-        config = read("blobs/" + manifest["config"]["digest"].replace(":", "/"))
-    return {"index": desc, "manifest": manifest, "config": config}
+        (tagged,) = manifests(tar)  # one image, one tag
+    return tagged
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +54,14 @@ def image(record: dict[str, Any]) -> Image:
     return found
 
 
-def test_archive_is_tagged_as_the_charts_default_image(archive_config: dict[str, Any]) -> None:
+def test_archive_is_tagged_as_the_charts_default_image(archive_config: Manifest) -> None:
     ref = build.chart_reference()
-    assert archive_config["index"]["annotations"]["org.opencontainers.image.ref.name"] == str(ref)
+    assert archive_config.reference == str(ref)
     assert ref.tag == build.project_version()  # the chart's appVersion is the package's version
 
 
-def test_config_user_entrypoint_and_labels(archive_config: dict[str, Any], record: dict[str, Any]) -> None:
-    run = archive_config["config"]["config"]
+def test_config_user_entrypoint_and_labels(archive_config: Manifest, record: dict[str, Any]) -> None:
+    run = archive_config.config["config"]
     assert run["User"] == f"{UID}:{UID}"
     assert run["Entrypoint"] == ["gpucluster"]  # exec form: no shell between the kubelet and us
     labels = run["Labels"]
@@ -82,11 +73,11 @@ def test_config_user_entrypoint_and_labels(archive_config: dict[str, Any], recor
     assert labels["org.opencontainers.image.title"] == "gpucluster"
     assert labels["org.opencontainers.image.created"].endswith("Z")
     assert labels["io.gpucluster.source-digest"] == record["source_digest"]
-    assert archive_config["config"]["created"].startswith(labels["org.opencontainers.image.created"][:19])
+    assert archive_config.config["created"].startswith(labels["org.opencontainers.image.created"][:19])
 
 
-def test_layers_are_gzip_and_the_image_is_small(archive_config: dict[str, Any]) -> None:
-    layers = archive_config["manifest"]["layers"]
+def test_layers_are_gzip_and_the_image_is_small(archive_config: Manifest) -> None:
+    layers = archive_config.manifest["layers"]
     assert all(layer["mediaType"].endswith("tar+gzip") for layer in layers)
     assert sum(int(layer["size"]) for layer in layers) < 200 * 10**6  # the goal, compressed
 
