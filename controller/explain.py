@@ -14,7 +14,7 @@ fix the claim). Either way the first part is what holds now, devices in use coun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,39 @@ def pod_claims(pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, An
             return None
         claims.append(claim)
     return claims
+
+
+def claim_users(claim: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``namespace/name`` of the pods among ``pods`` that use ``claim``: made for them (owner), reserved
+    for them, or named by them (``resourceClaimName``, or the claim made from their template)."""
+    meta = metadata(claim)
+    namespace, name = str(meta.get("namespace") or ""), meta.get("name")
+    names = {
+        str(o.get("name")) for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("kind") == "Pod"
+    }
+    status = claim.get("status") if isinstance(claim.get("status"), dict) else {}
+    names |= {
+        str(r.get("name"))
+        for r in (status or {}).get("reservedFor") or []
+        if isinstance(r, dict) and r.get("resource") == "pods"
+    }
+    for pod in pods:
+        pod_meta = metadata(pod)
+        if pod_meta.get("namespace") != namespace or pod_meta.get("name") in names:
+            continue
+        refs = [
+            r.get("resourceClaimName")
+            for r in (pod.get("spec") or {}).get("resourceClaims") or []
+            if isinstance(r, dict)
+        ]
+        made = [
+            s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            if isinstance(s, dict)
+        ]
+        if name in refs or name in made:
+            names.add(str(pod_meta.get("name")))
+    return [f"{namespace}/{n}" for n in sorted(names)]
 
 
 def pending_on_claims(pod: Mapping[str, Any]) -> bool:

@@ -43,6 +43,13 @@ def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in results if isinstance(r, Mapping)] if isinstance(results, list) else []
 
 
+def allocated_devices(claim: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """(driver, pool, device) of each device allocated to ``claim``: what it takes from everyone else."""
+    return frozenset(
+        (str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in allocation_results(claim)
+    )
+
+
 def _allocated_by(claim: Mapping[str, Any], drivers: frozenset[str]) -> bool:
     return any(r.get("driver") in drivers for r in allocation_results(claim))
 

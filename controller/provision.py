@@ -22,6 +22,7 @@ cluster-wide (label selector) and the templates it created (label
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -168,18 +169,24 @@ def wanted_templates(pod: Mapping[str, Any], cluster: ClusterState | None = None
     return out, problems
 
 
+Wants = Callable[[KubeObject, ClusterState], tuple[dict[str, Want], list[str]]]
+
+
 def plan(
     pods: list[KubeObject],
     existing: Callable[[str, str], KubeObject | None],
     satisfied: set[Key],
     cluster: ClusterState | None = None,
+    wants_of: Wants = wanted_templates,
+    is_spec: Callable[[KubeObject, Want], bool] = lambda live, want: live.get("spec") == want.spec,
 ) -> Plan:
     """Which templates to create for ``pods`` (the translated pods), given what exists.
 
     ``existing(namespace, name)`` is our cached template (labelled as ours: it is ours only if its
     spec is the one we would create); ``satisfied`` holds names found to exist as someone else's
     object with the same spec (nothing to do for those). ``cluster`` gives the published MIG
-    profiles.
+    profiles; ``wants_of`` is :func:`wanted_templates` and ``is_spec`` compares a live template's
+    spec with a want (either may be a memo).
     """
     result = Plan()
     view = cluster if cluster is not None else ClusterState()
@@ -187,7 +194,7 @@ def plan(
         if _terminal(pod):
             continue
         namespace = str(metadata(pod).get("namespace") or "")
-        wants, problems = wanted_templates(pod, view)
+        wants, problems = wants_of(pod, view)
         if problems:
             result.refused.append((pod, "; ".join(problems)))
         for name, want in wants.items():
@@ -195,7 +202,7 @@ def plan(
             result.referenced.add(key)
             live = existing(namespace, name)
             if live is not None:
-                if live.get("spec") != want.spec:
+                if not is_spec(live, want):
                     result.conflicts.append((pod, key, live))  # labelled as ours, but not what we create
                 continue
             if key in satisfied:
@@ -346,24 +353,38 @@ class _Backoff:
 
 BACKOFF_INITIAL = 1.0  # seconds before a refused create is tried again, doubled up to BACKOFF_MAX
 BACKOFF_MAX = 300.0
-DEFAULT_CONCURRENCY = 16  # templates created at once
+DEFAULT_CONCURRENCY = 64  # templates created at once (requests wait on the API server, not on us)
 # Set on a pod once a template it waits for exists: the update makes kube-controller-manager's
 # resourceclaim controller sync the pod now (it enqueues a pod on every update) instead of after
 # its exponential retry backoff for a pod whose template was missing.
 TOUCH_ANNOTATION = "gpucluster.nvidia.com/claim-templates-ready"
 
 
-def fair_order(keys: list[Key]) -> list[Key]:
-    """``keys`` (oldest pod's first) interleaved round-robin by namespace, so that no namespace's
-    many templates delay another's first one."""
-    queues: dict[str, list[Key]] = {}
-    for key in keys:
-        queues.setdefault(key[0], []).append(key)
-    out: list[Key] = []
-    lists = list(queues.values())
-    for i in range(max((len(q) for q in lists), default=0)):
-        out.extend(q[i] for q in lists if i < len(q))
-    return out
+class FairQueue:
+    """Keys served a namespace at a time, in turn: one namespace's many templates never delay
+    another's first one. A key queued twice is served once."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, collections.deque[Key]] = {}  # insertion order: whose turn is next
+        self._queued: set[Key] = set()
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def push(self, key: Key) -> None:
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queues.setdefault(key[0], collections.deque()).append(key)
+
+    def pop(self) -> Key | None:
+        for namespace in list(self._queues):
+            queue = self._queues.pop(namespace)
+            key = queue.popleft()
+            if queue:
+                self._queues[namespace] = queue  # to the back of the line
+            self._queued.discard(key)
+            return key
+        return None
 
 
 class Provisioner:
@@ -404,6 +425,14 @@ class Provisioner:
         self.satisfied: set[Key] = set()  # someone else's template with our spec
         self.backoff: dict[Key, _Backoff] = {}  # refused creates: not before
         self._reported: dict[str, str] = {}  # pod uid -> last message posted
+        self._queue = FairQueue()  # templates to create
+        self._jobs: dict[Key, tuple[KubeObject, list[KubeObject], tuple[str, ...]]] = {}  # latest want per key
+        self._inflight: set[Key] = set()
+        self._workers: set[asyncio.Task[None]] = set()
+        self._missing: dict[str, set[Key]] = {}  # pod uid -> its templates missing at the last pass
+        self._touched: set[str] = set()  # pod uids touched once their templates existed
+        self._template_answers: dict[tuple[str, str, str], bool] = {}  # (uid, resourceVersion, question)
+        self._wants: dict[str, tuple[tuple[Any, int], tuple[dict[str, Want], list[str]]]] = {}  # memo, by pod uid
         self.passes = 0
 
     def _on_event(self, kind: str, obj: KubeObject) -> None:
@@ -414,7 +443,31 @@ class Provisioner:
 
     def owned(self) -> list[KubeObject]:
         """The templates gpucluster created (:func:`owned`): what the collector and the finalizer may delete."""
-        return [t for t in self.state.list("ResourceClaimTemplate") if owned(t)]
+        return [t for t in self.state.list("ResourceClaimTemplate") if self._memo(t, "owned", owned)]
+
+    # A template's answers are kept for its resourceVersion: a pass over a burst compares every
+    # pod's templates, and digests of every template, on every event otherwise.
+    def _memo(self, template: KubeObject, what: str, answer: Callable[[KubeObject], bool]) -> bool:
+        meta = metadata(template)
+        key = (str(meta.get("uid")), str(meta.get("resourceVersion")), what)
+        if meta.get("resourceVersion") is None:
+            return answer(template)
+        found = self._template_answers.get(key)
+        if found is None:
+            found = self._template_answers[key] = answer(template)
+        return found
+
+    def _is_spec(self, live: KubeObject, want: Want) -> bool:
+        # One answer per template version: its name binds the spec a translation wants under it.
+        return self._memo(live, f"spec:{want.name}", lambda t: t.get("spec") == want.spec)
+
+    def _memo_keep(self) -> None:
+        live = {
+            (str(metadata(t).get("uid")), str(metadata(t).get("resourceVersion")))
+            for t in self.state.list("ResourceClaimTemplate")
+        }
+        for key in [k for k in self._template_answers if k[:2] not in live]:
+            del self._template_answers[key]
 
     def _wait(self) -> float:
         wait = min(5.0, max(self.grace_period / 4, 0.05))
@@ -437,25 +490,40 @@ class Provisioner:
                     continue
                 started = self.clock()
                 try:
-                    await self.reconcile()
+                    await self.reconcile(wait=False)
                 except (KubeError, OSError, TimeoutError) as exc:
                     log.warning("claim template pass failed error=%s", exc)
                     self.dirty.set()
                     await asyncio.sleep(1.0)
                 await asyncio.sleep(max(0.0, self.min_interval - (self.clock() - started)))
         finally:
-            for task in tasks:
+            for task in [*tasks, *self._workers]:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._workers, return_exceptions=True)
+
+    def _wanted(self, pod: KubeObject, cluster: ClusterState) -> tuple[dict[str, Want], list[str]]:
+        """:func:`wanted_templates`, translated again only when the pod or the published MIG profiles change
+        (a pass over a 200-pod burst would otherwise translate every pod on every event)."""
+        meta = metadata(pod)
+        stamp = (meta.get("resourceVersion"), cluster.kind_generation("ResourceSlice"))
+        uid = str(meta.get("uid"))
+        found = self._wants.get(uid)
+        if found is not None and found[0] == stamp and stamp[0] is not None:
+            return found[1]
+        result = wanted_templates(pod, cluster)
+        self._wants[uid] = (stamp, result)
+        return result
 
     def _ours(self, namespace: str, name: str) -> KubeObject | None:
         return self.state.get("ResourceClaimTemplate", name, namespace)
 
-    async def reconcile(self) -> None:
-        """One pass: create what live pods need, report refusals and conflicts, collect the unneeded."""
+    async def reconcile(self, *, wait: bool = True) -> None:
+        """One pass: create what live pods need, report refusals and conflicts, collect the unneeded.
+        Without ``wait`` the creates go on after the pass returns (see :meth:`_create_all`)."""
         self.passes += 1
         pods = self.state.list("Pod")
-        result = plan(pods, self._ours, self.satisfied, self.state)
+        self._memo_keep()
+        result = plan(pods, self._ours, self.satisfied, self.state, self._wanted, self._is_spec)
         self.satisfied &= result.referenced
         for key in set(self.backoff) - set(result.create):
             del self.backoff[key]
@@ -466,7 +534,7 @@ class Provisioner:
             want = result_spec(pod, name, self.state)
             await self._conflict(pod, namespace, name, want, live.get("spec"))
         if self.accepting():
-            await self._create_all(result)
+            await self._create_all(result, wait=wait)
         for template in collectable(
             self.owned(), result.referenced, self.unreferenced_since, self.clock(), self.grace_period
         ):
@@ -474,34 +542,66 @@ class Provisioner:
         self.metrics.owned.set(len(self.state.list("ResourceClaimTemplate")))
         for uid in set(self._reported) - live_uids:
             del self._reported[uid]
+        self._touched &= live_uids
+        for uid in set(self._wants) - live_uids:
+            del self._wants[uid]
 
-    async def _create_all(self, result: Plan) -> None:
-        """Create the missing templates, at most ``concurrency`` at once, namespaces in turn; then
-        touch the pods that waited for them."""
+    async def _create_all(self, result: Plan, *, wait: bool = True) -> None:
+        """Queue the missing templates that are due and keep up to ``concurrency`` workers creating
+        them, namespaces in turn. Each pod that waited is touched as soon as all of its templates
+        exist, not when the whole batch is done. With ``wait`` (the tests', and a single pass's
+        view) this returns once the queue is empty; the run loop does not wait, so pods that
+        arrive meanwhile are queued by the next pass instead of waiting for this one's batch."""
         now = self.clock()
-        due = [k for k in result.create if k not in self.backoff or self.backoff[k].until <= now]
-        if not due:
+        for key in set(self._jobs) - set(result.create) - self._inflight:
+            del self._jobs[key]  # no live pod wants it any more: its queued create is dropped
+        self._missing = {}
+        for key, pods in result.wanted_by.items():
+            for pod in pods:
+                self._missing.setdefault(str(metadata(pod).get("uid")), set()).add(key)
+        for key in result.create:  # oldest pod's first; the queue takes namespaces in turn
+            if key in self.backoff and self.backoff[key].until > now:
+                continue
+            self._jobs[key] = (result.create[key], result.wanted_by[key], result.earlier.get(key, ()))
+            if key not in self._inflight:
+                self._queue.push(key)
+        self._workers = {w for w in self._workers if not w.done()}
+        while len(self._workers) < self.concurrency and len(self._queue) > len(self._workers) - len(self._inflight):
+            self._workers.add(asyncio.create_task(self._work()))
+        if wait:
+            while self._workers:
+                await asyncio.gather(*self._workers, return_exceptions=True)
+                self._workers = {w for w in self._workers if not w.done()}
+
+    async def _work(self) -> None:
+        while (key := self._queue.pop()) is not None:
+            job = self._jobs.get(key)
+            if job is None:
+                continue
+            self._inflight.add(key)
+            try:
+                template, _, earlier = job
+                ready = await self._create(key, template, job[1], earlier)
+                if ready and self.touch:
+                    # Pods that came to want this template while it was being created are in the latest job.
+                    for pod in self._jobs.get(key, job)[1]:
+                        await self._touch_when_ready(pod)
+            except Exception:  # a worker outlives any one template: the next pass tries again
+                log.exception("claim template worker failed namespace=%s name=%s", *key)
+                self.dirty.set()
+            finally:
+                self._inflight.discard(key)
+                self._jobs.pop(key, None)
+
+    async def _touch_when_ready(self, pod: KubeObject) -> None:
+        uid = str(metadata(pod).get("uid"))
+        missing = self._missing.get(uid, set())
+        if any(self._ours(ns, name) is None and (ns, name) not in self.satisfied for ns, name in missing):
+            return  # another of its templates is still missing: touched once that one exists
+        if uid in self._touched:
             return
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(key: Key) -> bool:
-            async with gate:
-                return await self._create(key, result.create[key], result.wanted_by[key], result.earlier.get(key, ()))
-
-        done = await asyncio.gather(*(one(k) for k in fair_order(due)))
-        if not self.touch:
-            return
-        waiting: dict[str, KubeObject] = {}
-        for key, ready in zip(fair_order(due), done, strict=True):
-            if ready:
-                for pod in result.wanted_by[key]:
-                    waiting.setdefault(str(metadata(pod).get("uid")), pod)
-
-        async def touch(pod: KubeObject) -> None:
-            async with gate:
-                await self._touch(pod)
-
-        await asyncio.gather(*(touch(p) for p in waiting.values()))
+        self._touched.add(uid)
+        await self._touch(pod)
 
     async def _touch(self, pod: KubeObject) -> None:
         """A metadata-only update of ``pod``: the resourceclaim controller syncs it at once."""

@@ -32,7 +32,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from controller.explain import REASON as EXPLAIN_REASON
-from controller.explain import Explainer
+from controller.explain import Explainer, claim_users
+from controller.holders import allocated_devices
 from controller.labeller import NodeLabeller
 from controller.nodes import claim_nodes
 from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
@@ -164,6 +165,7 @@ class Controller:
         self._failures = 0
         self._clusters_seen: dict[str, tuple[Any, ...]] = {}  # what of a GPUCluster a reconcile reads
         self._claim_nodes: dict[str, set[str]] = {}  # claim -> nodes its devices were allocated on
+        self._claim_devices: dict[str, frozenset[tuple[str, str, str]]] = {}  # claim -> devices allocated
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -222,7 +224,14 @@ class Controller:
                 self._node(node)
             if nodes:
                 self._claim_nodes[key] = nodes
-            self._all_pods()
+            devices = frozenset() if type_ == "DELETED" else allocated_devices(obj)
+            if devices != self._claim_devices.pop(key, frozenset()):
+                self._all_pods()  # devices taken or freed: every waiting pod's answer may change
+            else:
+                for pod in claim_users(obj, self.state.list("Pod")):
+                    self.pods.add(pod)  # created, or its status changed: only its own pods
+            if devices:
+                self._claim_devices[key] = devices
         elif kind == "GPUCluster":
             # Like controller-runtime's GenerationChangedPredicate (plus finalizers, deletion,
             # labels, annotations): our own status writes do not trigger another reconcile.

@@ -67,6 +67,10 @@ class ClusterState:
         self._derived[key] = (stamp, value)
         return value
 
+    def kind_generation(self, kind: str) -> int:
+        """A counter that moves whenever an object of ``kind`` changes."""
+        return self._kind_generations.get(kind, 0)
+
     def _changed(self, kind: str) -> None:
         self.generation += 1
         self._kind_generations[kind] = self._kind_generations.get(kind, 0) + 1

@@ -69,6 +69,22 @@ def check_kubeconfig(path: str) -> None:
         raise InputError(f"--kubeconfig {path}: no contexts: nothing says which cluster to use")
 
 
+def _proxy_once(configuration: Any) -> None:
+    """The environment's proxy for the API server, decided once, as client-go's
+    ``http.ProxyFromEnvironment`` does. The official client's session would otherwise ask the
+    environment (and read ``~/.netrc``, which client-go never does) in a thread on every request."""
+    import urllib.parse
+    import urllib.request
+
+    if configuration.proxy is None:
+        host = urllib.parse.urlsplit(str(configuration.host)).hostname or ""
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get("https") if str(configuration.host).startswith("https") else proxies.get("http")
+        if proxy and not urllib.request.proxy_bypass(host):
+            configuration.proxy = proxy
+    configuration.client_session_kwargs = {**(configuration.client_session_kwargs or {}), "trust_env": False}
+
+
 @dataclass
 class Kube:
     """JSON requests over a configured ``ApiClient``."""
@@ -98,6 +114,7 @@ class Kube:
         except Exception as exc:  # the client raises config, YAML, OS and value errors alike
             detail = " ".join(str(exc).split()) or type(exc).__name__
             raise InputError(f"cannot load the cluster configuration: {detail}") from None
+        _proxy_once(configuration)
         return cls(aio_client.ApiClient(configuration))
 
     async def close(self) -> None:

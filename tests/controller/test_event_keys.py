@@ -69,6 +69,66 @@ def test_slices_and_claims_queue_the_gpucluster_and_the_pending_pods() -> None:
     assert queued(c)["nodes"] == set()  # cpu-0 has no deploy label to keep or drop
 
 
+WAITING = [
+    {"kind": "Pod", "metadata": {"name": f"w{i}", "namespace": "ml"}, "spec": {"resourceClaims": [{"name": "gpu"}]}}
+    for i in range(3)
+]
+NAMED = {
+    "kind": "Pod",
+    "metadata": {"name": "named", "namespace": "ml"},
+    "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}]},
+}
+OTHER_NS = {
+    "kind": "Pod",
+    "metadata": {"name": "named", "namespace": "dev"},
+    "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}]},
+}
+
+
+def claim(name: str, owner: str | None = None, devices: tuple[str, ...] = (), **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": owner, "apiVersion": "v1", "uid": "u"}]
+    results = [{"driver": "gpu.nvidia.com", "pool": "gpu-0", "device": d, "request": "gpu"} for d in devices]
+    if results:
+        status["allocation"] = {"devices": {"results": results}}
+    return {"kind": "ResourceClaim", "metadata": meta, "status": status}
+
+
+def controller_with_waiting_pods() -> Controller:
+    c = Controller(kube=None, leader_election=False)  # type: ignore[arg-type]
+    for pod in (*WAITING, NAMED, OTHER_NS):
+        c.state.upsert("Pod", dict(pod))
+    return c
+
+
+def test_a_new_claim_queues_only_the_pods_that_use_it() -> None:
+    # A burst of 200 pods makes 200 claims: each claim's event is its own pod's business, not a
+    # pass over every waiting pod (200 x 200 explanations).
+    c = controller_with_waiting_pods()
+    c._on_event("ADDED", claim("w1-gpu-abcde", owner="w1"))
+    assert queued(c)["pods"] == {"ml/w1"}
+    c = controller_with_waiting_pods()
+    c._on_event("ADDED", claim("shared"))  # named by one pod of ml (the same name in dev is another claim)
+    assert queued(c)["pods"] == {"ml/named"}
+    c = controller_with_waiting_pods()
+    c._on_event("MODIFIED", claim("shared", reservedFor=[{"resource": "pods", "name": "w2", "uid": "u2"}]))
+    assert queued(c)["pods"] == {"ml/named", "ml/w2"}
+
+
+def test_devices_taken_or_freed_queue_every_waiting_pod() -> None:
+    c = controller_with_waiting_pods()
+    c._on_event("MODIFIED", claim("w0-gpu-abcde", owner="w0", devices=("gpu-3",)))  # taken
+    everyone = {"ml/w0", "ml/w1", "ml/w2", "ml/named", "dev/named"}
+    assert queued(c)["pods"] == everyone
+    c2 = controller_with_waiting_pods()
+    c2._claim_devices = dict(c._claim_devices)
+    c2._on_event("MODIFIED", claim("w0-gpu-abcde", owner="w0", devices=("gpu-3",), reservedFor=[]))  # same devices
+    assert queued(c2)["pods"] == {"ml/w0"}
+    c2._on_event("DELETED", claim("w0-gpu-abcde", owner="w0", devices=("gpu-3",)))  # freed
+    assert queued(c2)["pods"] == everyone
+
+
 def test_owned_objects_and_other_namespaces() -> None:
     c = controller()
     c._on_event("MODIFIED", {"kind": "Namespace", "metadata": {"name": "ml"}})

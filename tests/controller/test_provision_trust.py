@@ -8,7 +8,9 @@ with the code under test.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +18,8 @@ from controller.provision import (
     CONFLICT_REASON,
     REFUSED_REASON,
     TOUCH_ANNOTATION,
+    FairQueue,
     Provisioner,
-    fair_order,
     owned,
     plan,
     wanted_templates,
@@ -167,8 +169,18 @@ def test_a_label_alone_never_makes_a_template_ours() -> None:
 
 
 def test_namespaces_take_turns() -> None:
-    keys = [("flood", f"t{i}") for i in range(5)] + [("victim", "v0")]
-    assert fair_order(keys)[:2] == [("flood", "t0"), ("victim", "v0")]
+    queue = FairQueue()
+    for key in [("flood", f"t{i}") for i in range(5)] + [("victim", "v0"), ("flood", "t0")]:
+        queue.push(key)
+    assert len(queue) == 6  # t0 queued twice is served once
+    served = [queue.pop() for _ in range(7)]
+    assert served == [("flood", "t0"), ("victim", "v0"), ("flood", "t1"), ("flood", "t2"), ("flood", "t3"),
+                      ("flood", "t4"), None]  # fmt: skip
+    queue.push(("victim", "v1"))  # a namespace that arrives later is next, not behind the flood
+    queue.push(("flood", "t5"))
+    queue.push(("flood", "t6"))
+    queue.push(("late", "l0"))
+    assert [queue.pop() for _ in range(3)] == [("victim", "v1"), ("flood", "t5"), ("late", "l0")]
 
 
 class Api:
@@ -179,6 +191,7 @@ class Api:
         self.pods = pods or []
         self.requests: list[tuple[str, str, Any]] = []
         self.refuse_posts = 0  # the next N POSTs get a 403 (a quota)
+        self.hold: dict[str, asyncio.Event] = {}  # a POST of this name waits for the event
 
     async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         body: dict[str, Any] = kwargs.get("body") or {}
@@ -188,6 +201,8 @@ class Api:
                 self.refuse_posts -= 1
                 raise KubeError(403, {"message": "exceeded quota"}, method, path)
             name = body["metadata"]["name"]
+            if name in self.hold:
+                await self.hold[name].wait()
             if name in self.templates:
                 raise KubeError(409, {"reason": "AlreadyExists"}, method, path)
             self.templates[name] = {
@@ -277,6 +292,76 @@ async def test_a_pod_that_waited_is_touched_once_the_template_exists() -> None:
     assert list(patches[0][1]["metadata"]["annotations"]) == [TOUCH_ANNOTATION]
 
 
+TWO_GPUS = "gpucluster-gpu-2-fe27b22c2a"  # the webhook's name for nvidia.com/gpu: 2
+THREE_GPUS = "gpucluster-gpu-3-b6234dd844"
+
+
+def gpus(name: str, count: int, template: str, namespace: str = "ml") -> dict[str, Any]:
+    return forged(name, {"containers": {"c": {"nvidia.com/gpu": str(count)}}}, [template], namespace)
+
+
+async def until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.005)
+
+
+def touched(api: Api) -> list[str]:
+    return [path.rsplit("/", 1)[-1] for m, path, _ in api.requests if m == "PATCH"]
+
+
+async def test_a_pod_is_touched_once_its_own_template_exists_not_the_whole_batch() -> None:
+    api = Api()
+    api.hold[ONE_GPU] = asyncio.Event()  # a slow create
+    p, _ = provisioner(api, [one_gpu("slow"), gpus("quick", 2, TWO_GPUS)], [0.0], concurrency=2)
+    await p.reconcile(wait=False)
+    await until(lambda: touched(api) == ["quick"], "the pod whose template exists is touched")
+    assert ONE_GPU not in api.templates  # while the other create is still under way
+    api.hold[ONE_GPU].set()
+    await until(lambda: touched(api) == ["quick", "slow"], "then the other")
+    await p.reconcile()  # nothing more: each pod is touched once
+    assert touched(api) == ["quick", "slow"] and [m for m, _, _ in api.requests].count("POST") == 2
+
+
+async def test_a_pod_that_arrives_during_a_batch_does_not_wait_for_it() -> None:
+    api = Api()
+    api.hold[ONE_GPU] = asyncio.Event()
+    p, _ = provisioner(api, [one_gpu("slow")], [0.0], concurrency=4)
+    await p.reconcile(wait=False)
+    await until(lambda: [m for m, _, _ in api.requests].count("POST") == 1, "the slow create is under way")
+    p.state.upsert("Pod", gpus("late", 3, THREE_GPUS, "other"))
+    await p.reconcile(wait=False)  # the next pass, while the first pass's create still runs
+    await until(lambda: touched(api) == ["late"], "the late pod's template is created and the pod touched")
+    assert ONE_GPU not in api.templates and THREE_GPUS in api.templates
+    # The slow template is not POSTed again while its create is under way.
+    await p.reconcile(wait=False)
+    assert [m for m, _, b in api.requests if m == "POST" and b["metadata"]["name"] == ONE_GPU] == ["POST"]
+    api.hold[ONE_GPU].set()
+    await p.reconcile()
+    assert touched(api) == ["late", "slow"]
+
+
+async def test_a_pod_with_two_templates_is_touched_once_both_exist() -> None:
+    pod = forged(
+        "both",
+        {"containers": {"c": {"nvidia.com/gpu": "1"}, "d": {"nvidia.com/gpu": "2"}}},
+        [ONE_GPU, TWO_GPUS],
+        "ml",
+    )
+    pod["spec"]["containers"].append({"name": "d", "image": "x"})
+    wants, problems = wanted_templates(pod)
+    assert problems == [] and sorted(wants) == [ONE_GPU, TWO_GPUS]
+    api = Api()
+    api.hold[ONE_GPU] = asyncio.Event()
+    p, _ = provisioner(api, [pod], [0.0], concurrency=2)
+    await p.reconcile(wait=False)
+    await until(lambda: TWO_GPUS in api.templates, "one of its templates exists")
+    assert touched(api) == []
+    api.hold[ONE_GPU].set()
+    await until(lambda: touched(api) == ["both"], "touched once both exist")
+
+
 async def test_a_template_any_pod_names_is_never_collected() -> None:
     # A migrated Deployment's pod: not translated, not labelled, names the template.
     migrated = {
@@ -321,3 +406,28 @@ async def test_a_template_labelled_ours_by_someone_else_is_never_collected() -> 
         clock[0] = t
         await p.reconcile()
     assert "precious" in api.templates and p.owned() == []
+
+
+async def test_a_pod_is_translated_again_only_when_it_or_the_mig_profiles_change(monkeypatch: Any) -> None:
+    import controller.provision as provision
+
+    calls: list[str] = []
+    real = provision.wanted_templates
+
+    def counting(pod: Any, cluster: Any = None) -> Any:
+        calls.append(pod["metadata"]["name"])
+        return real(pod, cluster)
+
+    monkeypatch.setattr(provision, "wanted_templates", counting)
+    pod = one_gpu("p")
+    pod["metadata"]["resourceVersion"] = "7"
+    api = Api()
+    p, _ = provisioner(api, [pod], [0.0])
+    for _ in range(3):
+        await p.reconcile()
+    assert calls == ["p"]
+    p.state.upsert("Pod", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}})
+    await p.reconcile()
+    p.state.replace("ResourceSlice", [mig_slice("1g.10gb")])
+    await p.reconcile()
+    assert calls == ["p", "p", "p"]
