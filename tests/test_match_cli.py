@@ -176,3 +176,20 @@ def test_yaml_rows_are_the_json_rows() -> None:
     as_yaml = match(*args, "-o", "yaml")
     assert as_yaml.returncode == 0, as_yaml.stderr
     assert yaml.safe_load(as_yaml.stdout) == json.loads(as_json.stdout) != []
+
+
+def test_wide_adds_each_devices_node_and_the_error_messages() -> None:
+    fixture = str(FIXTURES / "l4-node.yaml")
+    narrow = match("-e", 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"', "-e",
+                   'device.attributes["gpu.nvidia.com"].nope == 1', "-f", fixture)  # fmt: skip
+    wide = match("-e", 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"', "-e",
+                 'device.attributes["gpu.nvidia.com"].nope == 1', "-f", fixture, "-o", "wide")  # fmt: skip
+    assert narrow.returncode == wide.returncode == 0, wide.stderr
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("DRIVER"))
+    assert header.split() == ["DRIVER", "POOL", "DEVICE", "NODE", "#0", "#1", "MESSAGE"]
+    assert "NODE" not in narrow.stdout and "no such key" not in narrow.stdout
+    rows = [line.split(None, 6) for line in wide.stdout.splitlines() if line.startswith("gpu.nvidia.com")]
+    slices = list(yaml.safe_load_all((FIXTURES / "l4-node.yaml").read_text()))
+    node = next(s for s in slices if s and s.get("kind") == "ResourceSlice")["spec"]["nodeName"]
+    assert rows and all(r[3] == node and r[5] == "error" and r[6] == "#1: no such key: nope" for r in rows)
+    assert [r[4] for r in rows] == ["match"] * 4

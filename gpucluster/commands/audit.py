@@ -1,4 +1,4 @@
-"""``gpucluster audit [--kubeconfig F] [-o table|json]``: workloads that still request GPUs the legacy way.
+"""``gpucluster audit [--kubeconfig F] [-o table|wide|json|yaml]``: workloads that still request GPUs the legacy way.
 
 Lists (paginated) Pods, ReplicaSets, Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and
 Namespaces, plus DeviceClasses, ResourceSlices, ResourceClaimTemplates and ResourceClaims (the webhook's view;
@@ -73,7 +73,11 @@ def register(subparsers: Subparsers) -> None:
     )
     options.add_kubeconfig(parser)
     parser.add_argument(
-        "-o", "--output", choices=["table", "json", "yaml"], default="table", help="table (default), json or yaml"
+        "-o",
+        "--output",
+        choices=["table", "wide", "json", "yaml"],
+        default="table",
+        help="table (default), wide (the owner chain by name, pods held and translated apart), json or yaml",
     )
     parser.add_argument(
         "--translation-mode",
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(json.dumps(out, indent=2) + "\n" if args.output == "json" else dump_yaml(out))
     elif findings:
-        print(table(findings), end="")
+        print(table(findings, wide=args.output == "wide"), end="")
     for what in collected.not_listed:
         print(f"note: could not list {what}: workloads of that kind are seen only through their pods", file=sys.stderr)
     if installed is False:
@@ -122,20 +126,35 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def table(findings: list[Finding]) -> str:
-    header = ("NAMESPACE", "WORKLOAD", "OWNER CHAIN", "PODS", "GPUS/POD", "WEBHOOK", "REASON")
-    rows = [
-        (
-            f.namespace or "-",
-            f.workload,
-            f.chain_kinds,
-            str(f.running_pods) + (f" ({f.translated_pods} translated)" if f.translated_pods else ""),
-            ",".join(f"{name}={qty}" for name, qty in f.gpus.items()) or "-",
-            f.action,
-            "; ".join([f.reason, *f.notes]),
+def table(findings: list[Finding], *, wide: bool = False) -> str:
+    """kubectl's way: the default columns, and with ``wide`` the owner chain by name and the pods
+    that still hold extended resources apart from those the webhook translated."""
+    header: tuple[str, ...]
+    if wide:
+        header = (
+            "NAMESPACE",
+            "WORKLOAD",
+            "OWNER CHAIN",
+            "LEGACY PODS",
+            "TRANSLATED PODS",
+            "GPUS/POD",
+            "WEBHOOK",
+            "REASON",
         )
-        for f in findings
-    ]
+    else:
+        header = ("NAMESPACE", "WORKLOAD", "OWNER CHAIN", "PODS", "GPUS/POD", "WEBHOOK", "REASON")
+    rows: list[tuple[str, ...]] = []
+    for f in findings:
+        gpus = ",".join(f"{name}={qty}" for name, qty in f.gpus.items()) or "-"
+        reason = "; ".join([f.reason, *f.notes])
+        if wide:
+            chain = " -> ".join(str(ref) for ref in f.chain) or "-"
+            rows.append(
+                (f.namespace or "-", f.workload, chain, str(f.pods), str(f.translated_pods), gpus, f.action, reason)
+            )
+        else:
+            pods = str(f.running_pods) + (f" ({f.translated_pods} translated)" if f.translated_pods else "")
+            rows.append((f.namespace or "-", f.workload, f.chain_kinds, pods, gpus, f.action, reason))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for row in [header, *rows]:

@@ -41,9 +41,10 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=["table", "json", "yaml", "summary"],
+        choices=["table", "wide", "json", "yaml", "summary"],
         default="table",
-        help="table (default), json or yaml (one entry per device and expression), or summary (counts)",
+        help="table (default), wide (also each slice's node and the error messages), json or yaml (one entry "
+        "per device and expression), or summary (counts)",
     )
     parser.add_argument(
         "--kubernetes-version", choices=SUPPORTED_VERSIONS, default="1.34", help="for feature gate defaults"
@@ -149,13 +150,51 @@ def _slices(path: str) -> list[dict[str, Any]]:
     return slices
 
 
-def _table(rows: list[dict[str, Any]], expressions: list[str]) -> str:
-    header = ["DRIVER", "POOL", "DEVICE", *(f"#{i}" for i in range(len(expressions)))]
+def _slice_node(spec: dict[str, Any]) -> str:
+    """Which nodes a slice's devices are on, as kubectl's wide output would say it."""
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    if spec.get("allNodes"):
+        return "<all>"
+    if spec.get("nodeSelector"):
+        return "<selector>"
+    if spec.get("perDeviceNodeSelection"):
+        return "<per device>"
+    return "-"
+
+
+def _nodes(slices: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """(driver, pool, device) -> where the device is (:func:`_slice_node`), for ``-o wide``."""
+    out: dict[tuple[str, str, str], str] = {}
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        pool = str((spec.get("pool") or {}).get("name", ""))
+        for device in spec.get("devices") or []:
+            if isinstance(device, dict):
+                out.setdefault((str(spec.get("driver")), pool, str(device.get("name"))), _slice_node(spec))
+    return out
+
+
+def _table(
+    rows: list[dict[str, Any]], expressions: list[str], nodes: dict[tuple[str, str, str], str] | None = None
+) -> str:
+    """Outcomes by device; with ``nodes`` (``-o wide``) also each device's node and the messages."""
+    wide = nodes is not None
+    header = ["DRIVER", "POOL", "DEVICE", *(["NODE"] if wide else []), *(f"#{i}" for i in range(len(expressions)))]
     lines = [header]
-    by_device: dict[tuple[str, str, str], list[str]] = {}
+    by_device: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        by_device.setdefault((row["driver"], row["pool"], row["device"]), []).append(row["outcome"])
-    lines += [[*key, *outcomes] for key, outcomes in by_device.items()]
+        by_device.setdefault((row["driver"], row["pool"], row["device"]), []).append(row)
+    for key, found in by_device.items():
+        outcomes = [r["outcome"] for r in found]
+        if not wide:
+            lines.append([*key, *outcomes])
+            continue
+        messages = "; ".join(f"#{r['expression']}: {r['message']}" for r in found if r["message"])
+        lines.append([*key, (nodes or {}).get(key, "-"), *outcomes, messages])
+    if wide:
+        header.append("MESSAGE")
+        lines = [line + [""] * (len(header) - len(line)) for line in lines]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     legend = [f"#{i}: {e}" for i, e in enumerate(expressions)]
     body = "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
@@ -185,5 +224,6 @@ def run(args: argparse.Namespace) -> int:
             summary[row["expression"]][row["outcome"]] += 1
         print(json.dumps({"expressions": summary}, indent=2))
     else:
-        sys.stdout.write(_table(rows, args.expression) + "\n")
+        wide = _nodes(slices) if args.output == "wide" else None
+        sys.stdout.write(_table(rows, args.expression, wide) + "\n")
     return EXIT_OK

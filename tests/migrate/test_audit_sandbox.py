@@ -87,6 +87,22 @@ def test_audit_lists_the_legacy_deployment_and_not_the_migrated_one(
     # -o yaml is the same answer, as kubectl users expect it.
     assert gpucluster("audit", "--kubeconfig", str(kubeconfig), "-o", "yaml") == 1
     assert yaml.safe_load(capsys.readouterr().out) == data
+    # -o wide: the owner chain by name, and the pods that hold extended resources apart.
+    assert gpucluster("audit", "--kubeconfig", str(kubeconfig)) == 1
+    narrow = capsys.readouterr().out
+    assert gpucluster("audit", "--kubeconfig", str(kubeconfig), "-o", "wide") == 1
+    wide = capsys.readouterr().out
+
+    def columns(table: str) -> dict[str, str]:
+        header, row = table.splitlines()
+        names = [n for n in header.split("   ") if n.strip()]
+        starts = [header.index(n) for n in names] + [len(row)]
+        return {n.strip(): row[a:b].strip() for n, a, b in zip(names, starts, starts[1:], strict=False)}
+
+    assert columns(narrow)["OWNER CHAIN"] == "Deployment" and columns(narrow)["PODS"] == "0"
+    wide_row = columns(wide)
+    assert wide_row["OWNER CHAIN"] == "Deployment/legacy-trainer"
+    assert wide_row["LEGACY PODS"] == "0" and wide_row["TRANSLATED PODS"] == "0"
 
     async def paged() -> list[str]:
         kube = await Kube.connect(str(kubeconfig))
