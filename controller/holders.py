@@ -46,7 +46,7 @@ def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def allocated_devices(claim: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
     """(driver, pool, device) of each device allocated to ``claim``: what it takes from everyone else."""
     return frozenset(
-        (str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in allocation_results(claim)
+        (str(r.get("driver")), str(r.get("pool") or ""), str(r.get("device"))) for r in allocation_results(claim)
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controller.holders import allocation_results
+from controller.holders import allocated_devices
 
 GPU_PRESENT = "nvidia.com/gpu.present"
 NFD_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"
@@ -58,7 +58,12 @@ def label_patch(node: Mapping[str, Any], allocation_mode: str | None, claims_in_
 
 def claim_nodes(claim: Mapping[str, Any]) -> set[str]:
     """The nodes (pools) whose gpu.nvidia.com devices ``claim`` is allocated."""
-    return {str(r["pool"]) for r in allocation_results(claim) if r.get("driver") == GPU_DRIVER and r.get("pool")}
+    return device_nodes(allocated_devices(claim))
+
+
+def device_nodes(devices: Iterable[tuple[str, str, str]]) -> set[str]:
+    """The nodes (pools) of the gpu.nvidia.com devices among ``devices`` (:func:`allocated_devices`)."""
+    return {pool for driver, pool, _ in devices if driver == GPU_DRIVER and pool}
 
 
 def nodes_with_claims(claims: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -449,9 +449,9 @@ class Provisioner:
     # pod's templates, and digests of every template, on every event otherwise.
     def _memo(self, template: KubeObject, what: str, answer: Callable[[KubeObject], bool]) -> bool:
         meta = metadata(template)
-        key = (str(meta.get("uid")), str(meta.get("resourceVersion")), what)
         if meta.get("resourceVersion") is None:
             return answer(template)
+        key = (str(meta.get("uid")), str(meta.get("resourceVersion")), what)
         found = self._template_answers.get(key)
         if found is None:
             found = self._template_answers[key] = answer(template)
@@ -580,8 +580,8 @@ class Provisioner:
                 continue
             self._inflight.add(key)
             try:
-                template, _, earlier = job
-                ready = await self._create(key, template, job[1], earlier)
+                template, pods, earlier = job
+                ready = await self._create(key, template, pods, earlier)
                 if ready and self.touch:
                     # Pods that came to want this template while it was being created are in the latest job.
                     for pod in self._jobs.get(key, job)[1]:

@@ -35,7 +35,7 @@ from controller.explain import REASON as EXPLAIN_REASON
 from controller.explain import Explainer, claim_users
 from controller.holders import allocated_devices
 from controller.labeller import NodeLabeller
-from controller.nodes import claim_nodes
+from controller.nodes import device_nodes
 from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from controller.reconcile import Reconciler, owned_resources
 from controller.status import PERMISSION_DENIED
@@ -164,8 +164,7 @@ class Controller:
         self._elector_task: asyncio.Task[None] | None = None
         self._failures = 0
         self._clusters_seen: dict[str, tuple[Any, ...]] = {}  # what of a GPUCluster a reconcile reads
-        self._claim_nodes: dict[str, set[str]] = {}  # claim -> nodes its devices were allocated on
-        self._claim_devices: dict[str, frozenset[tuple[str, str, str]]] = {}  # claim -> devices allocated
+        self._claim_devices: dict[str, frozenset[tuple[str, str, str]]] = {}  # claim -> devices it was allocated
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -219,13 +218,11 @@ class Controller:
             # A node's driver label stays while its devices are in use: look at the nodes of the
             # claim now and before (a deallocation clears them in one update).
             key = _object_key(obj)
-            nodes = set() if type_ == "DELETED" else claim_nodes(obj)
-            for node in nodes | self._claim_nodes.pop(key, set()):
-                self._node(node)
-            if nodes:
-                self._claim_nodes[key] = nodes
             devices = frozenset() if type_ == "DELETED" else allocated_devices(obj)
-            if devices != self._claim_devices.pop(key, frozenset()):
+            before = self._claim_devices.pop(key, frozenset())
+            for node in device_nodes(devices | before):
+                self._node(node)
+            if devices != before:
                 self._all_pods()  # devices taken or freed: every waiting pod's answer may change
             else:
                 for pod in claim_users(obj, self.state.list("Pod")):
