@@ -2,7 +2,6 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := gpucluster webhook controller certs sandbox tools
 
 .PHONY: install test lint typecheck unit bench run try-chart crds cel-parser wheel clean kube kube-if-go oracle fuzz-dra \
 	wheels image image-push image-if-possible
@@ -27,7 +26,7 @@ lint:
 	$(BIN)/ruff format --check .
 
 typecheck:
-	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/python -m tools.typecheck
 
 unit:
 	$(BIN)/pytest

@@ -3,7 +3,7 @@
 The files are written into a fresh hidden directory ``..<timestamp>``; a ``..data`` symlink is
 then swapped to it with one ``rename`` and each visible name (``tls.crt``...) is a symlink through
 ``..data``. A reader therefore sees either the whole old set or the whole new set, never a new
-certificate with an old key (``webhook.tls.ReloadingTLS`` re-reads the files when their bytes
+certificate with an old key (``gpucluster.webhook.tls.ReloadingTLS`` re-reads the files when their bytes
 change). Private keys (``*.key``) are written 0600, the rest 0644; the directory is 0700 when it is ours.
 """
 

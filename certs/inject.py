@@ -6,7 +6,7 @@ tool is left alone, and so is a labelled one we did not name). Not ``app.kuberne
 Helm sets that label to ``Helm`` on every object it installs, whatever the chart says. The patch is computed by diffing the
 original and the injected object, and starts with a ``test`` of ``metadata.resourceVersion`` so
 a concurrent writer makes it fail instead of being overwritten. The bundle's generation (see
-:mod:`certs.rotation`) is recorded on the configuration; a bundle of an older generation is never
+:mod:`gpucluster.certs.rotation`) is recorded on the configuration; a bundle of an older generation is never
 injected over a newer one.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import jsonpatch
 
-from certs.rotation import BUNDLE_GENERATION
+from gpucluster.certs.rotation import BUNDLE_GENERATION
 
 VALIDATING_KIND = "ValidatingWebhookConfiguration"
 MUTATING_KIND = "MutatingWebhookConfiguration"

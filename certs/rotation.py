@@ -55,8 +55,15 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from certs.authority import CA_LIFETIME, SERVING_LIFETIME, KeyPair, new_ca, new_serving_cert, service_dns_names
 from gpucluster import timestamps
+from gpucluster.certs.authority import (
+    CA_LIFETIME,
+    SERVING_LIFETIME,
+    KeyPair,
+    new_ca,
+    new_serving_cert,
+    service_dns_names,
+)
 
 CA_BUNDLE = "ca.crt"
 CA_KEY = "ca.key"

@@ -26,8 +26,8 @@ from typing import Any
 
 from cryptography import x509
 
-from certs import files, inject, rotation
-from certs.inject import Injection, KubeAPI
+from gpucluster.certs import files, inject, rotation
+from gpucluster.certs.inject import Injection, KubeAPI
 from gpucluster.kube.client import KubeError
 
 log = logging.getLogger("gpucluster.certs")

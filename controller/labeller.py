@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.nodes import label_patch, nodes_with_claims
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.controller.nodes import label_patch, nodes_with_claims
 from gpucluster.kube.client import KubeError
 from gpucluster.kube.reflector import strip_managed_fields
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controller.holders import allocated_devices
+from gpucluster.controller.holders import allocated_devices
 
 GPU_PRESENT = "nvidia.com/gpu.present"
 NFD_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"

@@ -25,12 +25,15 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from controller.drift import matches, project
-from controller.holders import claim_holders, pod_count
-from controller.holders import describe as describe_holders
-from controller.nodes import DEPLOY_LABELS
-from controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
-from controller.status import (
+from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
+from gpucluster.api.validation import problems_from
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, KubeObject, metadata
+from gpucluster.controller.drift import matches, project
+from gpucluster.controller.holders import claim_holders, pod_count
+from gpucluster.controller.holders import describe as describe_holders
+from gpucluster.controller.nodes import DEPLOY_LABELS
+from gpucluster.controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
+from gpucluster.controller.status import (
     DELETING,
     NOT_SINGLETON,
     OPERAND_CONFLICT,
@@ -42,9 +45,6 @@ from controller.status import (
     not_ready_message,
     workload_status,
 )
-from gpucluster.api.gpucluster import SINGLETON_MESSAGE, SINGLETON_NAME, GPUCluster
-from gpucluster.api.validation import problems_from
-from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, KubeObject, metadata
 
 FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"
 # On our namespace when we set its admin-access label (so that deletion removes only a label we set).

@@ -17,10 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.drift import project
-from controller.events import COMPONENT, KubeSink
-from controller.operands import MANAGED_BY
-from controller.plan import (
+from gpucluster import timestamps
+from gpucluster.api.gpucluster import SINGLETON_NAME
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState, KubeObject, metadata
+from gpucluster.controller.drift import project
+from gpucluster.controller.events import COMPONENT, KubeSink
+from gpucluster.controller.operands import MANAGED_BY
+from gpucluster.controller.plan import (
     ADMIN_ACCESS_MARK,
     FINALIZER,
     HASH_ANNOTATION,
@@ -41,10 +44,7 @@ from controller.plan import (
     plan,
     summarize,
 )
-from controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
-from gpucluster import timestamps
-from gpucluster.api.gpucluster import SINGLETON_NAME
-from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState, KubeObject, metadata
+from gpucluster.controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
 from gpucluster.dra.semver import Semver, SemverError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder

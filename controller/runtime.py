@@ -31,17 +31,17 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from controller.explain import REASON as EXPLAIN_REASON
-from controller.explain import Explainer, claim_users
-from controller.holders import allocated_devices
-from controller.labeller import NodeLabeller
-from controller.nodes import device_nodes
-from controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
-from controller.reconcile import Reconciler, owned_resources
-from controller.status import PERMISSION_DENIED
-from controller.stranded import StrandedPods
 from gpucluster.api.gpucluster import SINGLETON_NAME
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.controller.explain import REASON as EXPLAIN_REASON
+from gpucluster.controller.explain import Explainer, claim_users
+from gpucluster.controller.holders import allocated_devices
+from gpucluster.controller.labeller import NodeLabeller
+from gpucluster.controller.nodes import device_nodes
+from gpucluster.controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
+from gpucluster.controller.reconcile import Reconciler, owned_resources
+from gpucluster.controller.status import PERMISSION_DENIED
+from gpucluster.controller.stranded import StrandedPods
 from gpucluster.errors import InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
@@ -403,7 +403,7 @@ class Controller:
         elector = None
         elector_task: asyncio.Task[None] | None = None
         if self.leader_election:
-            from controller.leader import LEASE_NAME, LeaderElector
+            from gpucluster.controller.leader import LEASE_NAME, LeaderElector
 
             elector = LeaderElector(
                 self.kube, self.namespace, LEASE_NAME, self.identity,

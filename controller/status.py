@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.holders import allocation_results
+from gpucluster.controller.holders import allocation_results
 from gpucluster.kube.predicates import daemon_should_run
 
 READY = "Ready"

@@ -9,7 +9,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
+from gpucluster.certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
 
 WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
 

@@ -5,12 +5,12 @@
     ...  # kubectl --kubeconfig sandbox.kubeconfig_path ..., or the Python client
     await sandbox.stop()
 
-Extension points: ``sandbox.core.admission`` (mutating/validating async hooks run on every
+Extension points: ``gpucluster.sandbox.core.admission`` (mutating/validating async hooks run on every
 write; the webhook admission plugins are installed there unless ``webhooks=False``),
-``sandbox.store.subscribe(fn)`` (every committed change, synchronously) and
-``sandbox.store.watch(...)`` (async, filtered) for in-process controllers, ``sandbox.faults``.
+``gpucluster.sandbox.store.subscribe(fn)`` (every committed change, synchronously) and
+``gpucluster.sandbox.store.watch(...)`` (async, filtered) for in-process controllers, ``gpucluster.sandbox.faults``.
 ``Sandbox(simulate=SimulationOptions(...))`` also starts the simulated GPU cluster
-(``sandbox.sim``); ``register_service`` routes webhook services to local addresses.
+(``gpucluster.sandbox.sim``); ``register_service`` routes webhook services to local addresses.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from gpucluster.dra.gates import supported_version
-from sandbox import kubeconfig, pki
-from sandbox.apiserver import rbac
-from sandbox.apiserver.auth import Authenticator
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.discovery import version_info
-from sandbox.apiserver.faults import Faults
-from sandbox.apiserver.gc import GarbageCollector
-from sandbox.apiserver.handlers import ApiHandlers, ServerOptions
-from sandbox.apiserver.resources import Registry
-from sandbox.apiserver.store import Store
-from sandbox.apiserver.webhooks import WebhookAdmission
-from sandbox.sim import SimulatedCluster, SimulationOptions
-from sandbox.sim.process import ApiEndpoint
+from gpucluster.sandbox import kubeconfig, pki
+from gpucluster.sandbox.apiserver import rbac
+from gpucluster.sandbox.apiserver.auth import Authenticator
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.discovery import version_info
+from gpucluster.sandbox.apiserver.faults import Faults
+from gpucluster.sandbox.apiserver.gc import GarbageCollector
+from gpucluster.sandbox.apiserver.handlers import ApiHandlers, ServerOptions
+from gpucluster.sandbox.apiserver.resources import Registry
+from gpucluster.sandbox.apiserver.store import Store
+from gpucluster.sandbox.apiserver.webhooks import WebhookAdmission
+from gpucluster.sandbox.sim import SimulatedCluster, SimulationOptions
+from gpucluster.sandbox.sim.process import ApiEndpoint
 
 Obj = dict[str, Any]
 T = TypeVar("T")

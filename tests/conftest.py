@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from sandbox.controlplane.cluster import ControlPlane
-    from sandbox.server import SandboxThread
+    from gpucluster.sandbox.controlplane.cluster import ControlPlane
+    from gpucluster.sandbox.server import SandboxThread
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="module")
 def sb() -> Iterator[SandboxThread]:
     """A plain sandbox (no simulated cluster) on its own loop in a thread, shared by a test module."""
-    from sandbox.server import SandboxThread
+    from gpucluster.sandbox.server import SandboxThread
 
     runner = SandboxThread()
     runner.start()

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from certs.authority import new_ca, new_serving_cert
+from gpucluster.certs.authority import new_ca, new_serving_cert
 
 Obj = dict[str, Any]
 Answer = Callable[[Obj, str], Obj]

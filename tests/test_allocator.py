@@ -13,7 +13,7 @@ import pytest
 
 from gpucluster.dra import allocator
 from gpucluster.dra.allocator import AllocatorInputError, Explanation, explain
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 
 GPU = "gpu.nvidia.com"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -160,8 +160,8 @@ def test_includes_in_a_request_selector_and_the_gates_reported() -> None:
 
 
 def test_cli_match_and_explain_with_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpucluster.commands import explain as explain_command
-    from gpucluster.commands import match as match_command
+    from gpucluster.cli import explain as explain_command
+    from gpucluster.cli import match as match_command
     from gpucluster.errors import InputError
     from tests.test_explain_cli import _write
     from tests.test_gates_cli import _run

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpucluster.api.crd import gpucluster_crd
-from gpucluster.commands.apply import retryable
-from sandbox.server import SandboxThread
-from webhook.configurations import webhook_configurations
+from gpucluster.cli.apply import retryable
+from gpucluster.sandbox.server import SandboxThread
+from gpucluster.webhook.configurations import webhook_configurations
 
 GPUCLUSTER = "apiVersion: nvidia.com/v1alpha1\nkind: GPUCluster\nmetadata: {name: gpu-cluster}\nspec: {}\n"
 

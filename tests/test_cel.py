@@ -782,7 +782,7 @@ def test_semver_errors() -> None:
 
 
 def test_benchmark_selectors_on_simulated_cluster() -> None:
-    from sandbox.sim.gpunodes import cluster_slices
+    from gpucluster.sandbox.sim.gpunodes import cluster_slices
 
     slices = cluster_slices(2, 8, model="H100", seed=0)
     views = [v for s in slices for v in slice_views(s)]

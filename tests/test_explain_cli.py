@@ -1,4 +1,4 @@
-"""``gpucluster explain``: files in, exit code and output out (gpucluster.commands.explain)."""
+"""``gpucluster explain``: files in, exit code and output out (gpucluster.cli.explain)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucluster.commands import explain as explain_command
+from gpucluster.cli import explain as explain_command
 from gpucluster.errors import InputError
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests import test_allocator as t
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.server import SandboxThread
-from sandbox.sim import SimulationOptions
+from gpucluster.sandbox.server import SandboxThread
+from gpucluster.sandbox.sim import SimulationOptions
 
 BIN = Path(sys.executable).parent
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -177,7 +177,7 @@ class FakeKube:
 def test_pod_claims_come_from_the_claim_the_template_or_the_generated_claim() -> None:
     import asyncio
 
-    from gpucluster.commands import explain_live
+    from gpucluster.cli import explain_live
 
     dra = "/apis/resource.k8s.io/v1/namespaces/team"
     kube = FakeKube(

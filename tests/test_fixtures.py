@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests.fixtures import FIXTURES_DIR, fixture_path, load_fixture, regenerate
 
 KUBERNETES_VERSION = "1.34"

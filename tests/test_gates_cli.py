@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpucluster.commands import explain as explain_command
-from gpucluster.commands import match as match_command
+from gpucluster.cli import explain as explain_command
+from gpucluster.cli import match as match_command
 from gpucluster.errors import InputError
 from tests import test_allocator as t
 from tests.test_explain_cli import _write

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.explain import Explainer
+from gpucluster.cli import controller as controller_command
+from gpucluster.cli import webhook as webhook_command
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import controller as controller_command
-from gpucluster.commands import webhook as webhook_command
+from gpucluster.controller.explain import Explainer
 from gpucluster.dra import gates
 from gpucluster.dra.model import AllocatorInputError
 from gpucluster.errors import InputError
 from gpucluster.policy import Settings
+from gpucluster.webhook.admission import admit
 from tests import test_allocator as t
 from tests.chart.helm import DOCS_PREINSTALLED, render_error, render_recipe
 from tests.webhook.reviews import review
-from webhook.admission import admit
 
 TAINTED = [t.rslice("s1", "n1", "p1", t.dev("d1", taints=[t.taint()])), t.device_class()]
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}}}

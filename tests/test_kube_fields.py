@@ -14,7 +14,7 @@ import pytest
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.api.validation import validate_gpucluster
-from sandbox.apiserver import crds
+from gpucluster.sandbox.apiserver import crds
 from tests.realkube.edge_specs import EDGE_SPECS, EdgeSpec
 
 Obj = dict[str, Any]

@@ -1,14 +1,18 @@
-"""The layers point one way: the core never imports a shell.
+"""The layers point one way, and every module is in one import namespace.
 
-- **Core**: every module of the ``gpucluster`` package but the three below (``api``, ``dra``,
-  ``translate``, ``policy``, ``migrate``, ``audit``, ``clusterstate``, ...). Pure functions of plain
-  data; imports only the core and third-party libraries, never the Kubernetes client or aiohttp.
+The repo's top-level folders install as one package (setup.py's ``NAMESPACE``): ``gpucluster/``
+is ``gpucluster``, ``webhook/`` is ``gpucluster.webhook``, ``cli/`` is ``gpucluster.cli``, ...
+
+- **Core** (``gpucluster/`` but ``gpucluster.kube``: ``api``, ``dra``, ``translate``, ``policy``,
+  ``migrate``, ``audit``, ``clusterstate``, ...). Pure functions of plain data; imports only the
+  core and third-party libraries, never the Kubernetes client or aiohttp.
 - **Kubernetes toolkit** ``gpucluster.kube``: the I/O the shells share (client, reflector,
   workqueue, events). It may import the core; the core never imports it.
-- **Shells**: ``webhook``, ``controller``, ``certs``, ``sandbox``, and the CLI, which stays inside
-  the package because it is the console script's: ``gpucluster.cli`` and ``gpucluster.commands``
-  are the only modules of ``gpucluster`` allowed to import shells (each command wires a shell to
-  the core). No other shell imports the CLI.
+- **Shells**: ``gpucluster.webhook``, ``.controller``, ``.certs``, ``.sandbox``. They import the
+  core and the toolkit, not each other, but for the sandbox's API server, which serves with
+  certificates from ``certs`` as the webhook does.
+- **CLI** ``gpucluster.cli`` (``cli/``): the top layer, the console script's. Each command wires a
+  shell to the core; nothing below imports it.
 
 The imports are read from the source (``ast``, nothing is imported), including the ones inside
 functions and ``TYPE_CHECKING`` blocks, relative imports, and ``importlib.import_module`` calls
@@ -23,22 +27,28 @@ from pathlib import Path
 
 import pytest
 
+from tools.namespace import folders
+
 ROOT = Path(__file__).resolve().parents[1]
-SHELLS = ("webhook", "controller", "certs", "sandbox")
-CLI = ("gpucluster.cli", "gpucluster.commands")
+FOLDERS = folders()  # folder of the checkout -> import name, as setup.py installs them
+SHELL_FOLDERS = ("webhook", "controller", "certs", "sandbox")
+SHELLS = tuple(FOLDERS[f] for f in SHELL_FOLDERS)
+CLI = ("gpucluster.cli",)
 TOOLKIT = ("gpucluster.kube",)
 IO_CLIENTS = ("kubernetes", "aiohttp")
+# the one import between shells: the sandbox's API server serves with the project's certificates
+SHELL_TO_SHELL = {("gpucluster.sandbox", "gpucluster.certs")}
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([FOLDERS.get(folder, folder), *parts])
 
 
-def _modules(package: str) -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
+def _modules(folder: str) -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((ROOT / folder).rglob("*.py"))}
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -117,9 +127,32 @@ def test_dra_never_imports_the_kubernetes_client_or_aiohttp() -> None:
     assert violations(dra, IO_CLIENTS) == []
 
 
-@pytest.mark.parametrize("shell", SHELLS)
-def test_no_shell_imports_the_cli(shell: str) -> None:
-    assert violations(_modules(shell), CLI) == []
+@pytest.mark.parametrize("folder", SHELL_FOLDERS)
+def test_no_shell_imports_the_cli(folder: str) -> None:
+    assert violations(_modules(folder), CLI) == []
+
+
+@pytest.mark.parametrize("folder", SHELL_FOLDERS)
+def test_shells_do_not_import_each_other(folder: str) -> None:
+    shell = FOLDERS[folder]
+    others = tuple(s for s in SHELLS if s != shell and (shell, s) not in SHELL_TO_SHELL)
+    assert violations(_modules(folder), others) == []
+
+
+def test_every_module_is_in_the_one_namespace() -> None:
+    """No module imports a shell by its folder's name: installed, only ``gpucluster`` is there."""
+    bare = tuple(f for f in FOLDERS if f != "gpucluster")
+    everything = {name: path for folder in [*FOLDERS, "tests", "tools"] for name, path in _modules(folder).items()}
+    assert violations(everything, bare) == []
+
+
+def test_the_cli_is_the_top_layer() -> None:
+    """The CLI reaches every shell; the folder holding it is not the core's."""
+    cli = _modules("cli")
+    assert "gpucluster.cli.run" in cli and not any(_within(name, CLI) for name in core_modules())
+    reached = {target for path in cli.values() for _, target in _imports_of(path)}
+    for shell in SHELLS:
+        assert any(_within(target, (shell,)) for target in reached), shell
 
 
 def test_the_toolkit_never_imports_a_shell_or_the_cli() -> None:
@@ -129,12 +162,17 @@ def test_the_toolkit_never_imports_a_shell_or_the_cli() -> None:
 @pytest.mark.parametrize(
     ("source", "module", "found"),
     [
-        ("import webhook.admission", "gpucluster.audit", "webhook.admission"),
-        ("from webhook.rules import pods", "gpucluster.audit", "webhook.rules.pods"),
-        ("def f():\n    from controller import reconcile", "gpucluster.dra.model", "controller.reconcile"),
-        ("from ..commands import audit", "gpucluster.dra.model", "gpucluster.commands.audit"),
+        ("import gpucluster.webhook.admission", "gpucluster.audit", "gpucluster.webhook.admission"),
+        ("from gpucluster.webhook.rules import pods", "gpucluster.audit", "gpucluster.webhook.rules.pods"),
+        (
+            "def f():\n    from gpucluster.controller import reconcile",
+            "gpucluster.dra.model",
+            "gpucluster.controller.reconcile",
+        ),
+        ("from ..cli import audit", "gpucluster.dra.model", "gpucluster.cli.audit"),
         ("from . import cli", "gpucluster", "gpucluster.cli"),
-        ("importlib.import_module('sandbox.server')", "gpucluster.translate", "sandbox.server"),
+        ("importlib.import_module('gpucluster.sandbox.server')", "gpucluster.translate", "gpucluster.sandbox.server"),
+        ("import webhook.admission", "gpucluster.audit", "webhook.admission"),
         ("from kubernetes.aio import client", "gpucluster.dra.pools", "kubernetes.aio"),
     ],
 )
@@ -205,4 +243,4 @@ def import_cycles(packages: tuple[str, ...]) -> list[list[str]]:
 
 def test_no_module_imports_itself_through_others() -> None:
     """dra/gates <-> dra/model and sandbox/apiserver core <-> rbac <-> rbac_bootstrap used to."""
-    assert import_cycles(("gpucluster", *SHELLS)) == []
+    assert import_cycles(tuple(FOLDERS)) == []

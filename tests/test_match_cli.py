@@ -88,7 +88,7 @@ def test_json_output_is_streamed_row_by_row_and_reads_as_one_document() -> None:
     stream is exactly ``json.dumps(rows, indent=2)``."""
     import io
 
-    from gpucluster.commands.match import _write_json_stream
+    from gpucluster.cli.match import _write_json_stream
 
     writes: list[str] = []
 
@@ -112,7 +112,7 @@ def test_json_rows_of_match_print_exactly_as_json_dumps(monkeypatch: pytest.Monk
     was a third of a run); any other row goes through json.dumps. Both print the same text."""
     import io
 
-    from gpucluster.commands.match import _write_json_stream
+    from gpucluster.cli.match import _write_json_stream
 
     rows = [
         {"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-0", "expression": 0, "outcome": "match",

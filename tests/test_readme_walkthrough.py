@@ -130,7 +130,7 @@ def test_the_walkthrough_runs_verbatim_on_the_real_control_plane(checkout: Path)
     """The same lines against kube-apiserver, kube-scheduler and kube-controller-manager: the
     operator runs as `gpucluster run` does against a configured cluster, its webhook registered by
     URL; the walkthrough's kubeconfig is the real control plane's admin's."""
-    from gpucluster.commands.run import chart_env
+    from gpucluster.cli.run import chart_env
     from tests.e2e.backends import kube_run_options, start_kube
     from tests.e2e.test_run import StackThread
 

@@ -23,7 +23,7 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-heavy = ("kubernetes", "aiohttp", "lark", "gpucluster.commands.", "gpucluster.dra.cel.parser", "yaml")
+heavy = ("kubernetes", "aiohttp", "lark", "gpucluster.cli.", "gpucluster.dra.cel.parser", "yaml")
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
 """
 
@@ -48,10 +48,10 @@ def test_top_level_imports_no_command(argv: list[str]) -> None:
 @pytest.mark.parametrize("command", ["sandbox", "validate", "render", "admit", "match", "explain", "migrate", "apply"])
 def test_offline_commands_do_not_import_the_kubernetes_client(command: str) -> None:
     modules = imported(command, "--help")
-    assert f"gpucluster.commands.{command}" in modules
+    assert f"gpucluster.cli.{command}" in modules
     # No other command, and not the client; the shared options module is no command.
-    others = [m for m in modules if m.startswith(("kubernetes", "gpucluster.commands.")) and not m.endswith(command)]
-    assert not [m for m in others if m != "gpucluster.commands.options"]
+    others = [m for m in modules if m.startswith(("kubernetes", "gpucluster.cli.")) and not m.endswith(command)]
+    assert not [m for m in others if m != "gpucluster.cli.options"]
 
 
 def test_certs_generate_does_not_import_the_kubernetes_client() -> None:

@@ -17,11 +17,12 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests import test_allocator as t
+from tools.namespace import namespace
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ["gpucluster", "webhook", "controller", "certs", "sandbox"]
+FOLDERS = list(namespace().values())  # the checkout folders the wheel is made of
 GPUCLUSTER = """\
 apiVersion: nvidia.com/v1alpha1
 kind: GPUCluster
@@ -91,6 +92,27 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Path, tm
     assert Path(chart).name == "_chart" and (Path(chart) / "crds" / "nvidia.com_gpuclusters.yaml").is_file()
 
 
+def test_the_wheel_installs_one_top_level_package(installed: Path) -> None:
+    """Only ``gpucluster`` goes on the path: the shells are its subpackages, so the wheel cannot
+    clash with PyPI's ``controller`` or ``certs``."""
+    site = next(installed.parent.glob("lib/python3*/site-packages"))
+    [record] = site.glob("gpucluster-*.dist-info/RECORD")
+    tops = {line.split("/", 1)[0] for line in record.read_text().splitlines() if "/" in line.split(",", 1)[0]}
+    assert tops - {record.parent.name, ".."} == {"gpucluster"}  # ".." : the console scripts in bin/
+    assert not any((site / name).exists() for name in ("webhook", "controller", "certs", "sandbox", "cli"))
+    for name in ("cli", "webhook", "controller", "certs", "sandbox"):
+        assert (site / "gpucluster" / name / "__init__.py").is_file(), name
+
+
+def test_every_command_answers_help_installed(installed: Path, tmp_path: Path) -> None:
+    """Every command's own module loads from the wheel (``--help`` imports it)."""
+    from gpucluster.cli import COMMANDS
+
+    for command in COMMANDS:
+        out = run(installed, tmp_path, command, "--help")
+        assert out.returncode == 0 and out.stdout.startswith("usage: gpucluster " + command), (command, out.stderr)
+
+
 def test_render_explain_and_sandbox_help_run_installed(installed: Path, tmp_path: Path) -> None:
     (tmp_path / "gc.yaml").write_text(GPUCLUSTER)
     out = run(installed, tmp_path, "render", "-f", "gc.yaml")
@@ -110,7 +132,7 @@ def test_render_explain_and_sandbox_help_run_installed(installed: Path, tmp_path
 
 
 def test_run_reads_the_crds_shipped_in_the_package(installed: Path, tmp_path: Path) -> None:
-    code = "from gpucluster.commands.run import chart_crds; print([c['metadata']['name'] for c in chart_crds()])"
+    code = "from gpucluster.cli.run import chart_crds; print([c['metadata']['name'] for c in chart_crds()])"
     out = subprocess.run([str(installed / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "gpuclusters.nvidia.com" in out.stdout
@@ -118,14 +140,14 @@ def test_run_reads_the_crds_shipped_in_the_package(installed: Path, tmp_path: Pa
 
 def _imported_top_levels() -> set[str]:
     names: set[str] = set()
-    for package in PACKAGES:
-        for path in (REPO / package).rglob("*.py"):
+    for folder in FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     names.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - set(PACKAGES)
+    return names - set(sys.stdlib_module_names) - {"gpucluster"}
 
 
 def test_every_imported_library_is_declared() -> None:
@@ -147,7 +169,7 @@ def test_every_imported_library_is_declared() -> None:
 def test_the_control_plane_modules_ship_in_the_package(installed: Path, tmp_path: Path) -> None:
     # `gpucluster cluster build` from an installed wheel builds from the modules inside the package.
     code = (
-        "from sandbox.controlplane import build; "
+        "from gpucluster.sandbox.controlplane import build; "
         "print(build.MODULES, *sorted(p.relative_to(build.MODULES).as_posix() for p in build.MODULES.rglob('*') if p.is_file()))"
     )
     out = subprocess.run([str(installed / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)

@@ -48,7 +48,7 @@ BASE_TAG = f"localhost/gpucluster-base:{BASE_SUITE}"
 # Nothing in the image reads documentation, manuals or translations.
 BASE_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 # What the wheel is made of: a change to any of these makes a new image.
-SOURCES = ("gpucluster", "webhook", "controller", "certs", "sandbox", "charts/gpucluster")
+SOURCES = ("gpucluster", "cli", "webhook", "controller", "certs", "sandbox", "charts/gpucluster")
 SOURCE_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "Dockerfile", ".dockerignore")
 TOOLS = ("buildah", "mmdebstrap")
 
@@ -195,7 +195,7 @@ def base_image(epoch: int) -> str:
 
 def _archive_facts(archive: Path) -> dict[str, Any]:
     """Digests and sizes read back from the OCI archive itself (the node's own reader)."""
-    from sandbox.sim.images import blob, manifests
+    from gpucluster.sandbox.sim.images import blob, manifests
 
     with tarfile.open(archive) as tar:
         (tagged,) = manifests(tar)

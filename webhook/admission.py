@@ -1,6 +1,6 @@
 """Which rule answers which review, and how a failing rule is answered.
 
-The HTTP server, ``gpucluster admit`` and the audit (:mod:`webhook.audit`) all go through
+The HTTP server, ``gpucluster admit`` and the audit (:mod:`gpucluster.webhook.audit`) all go through
 :func:`admit_request`, so offline answers are exactly the server's.
 """
 
@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import TRANSLATE_LABEL, Settings
-from webhook.review import AdmissionRequest, Verdict, build_response, decode_review
-from webhook.rules.claims import validate_claim_request
-from webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
-from webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
-from webhook.rules.pods import MATCH_CONDITION, mutate_pod_request
+from gpucluster.webhook.review import AdmissionRequest, Verdict, build_response, decode_review
+from gpucluster.webhook.rules.claims import validate_claim_request
+from gpucluster.webhook.rules.gpu_models import validate_clusterpolicy_request, validate_gpucluster_request
+from gpucluster.webhook.rules.nvidiadriver import mutate_nvidiadriver_request, validate_nvidiadriver_request
+from gpucluster.webhook.rules.pods import MATCH_CONDITION, mutate_pod_request
 
 log = logging.getLogger("gpucluster.webhook")
 

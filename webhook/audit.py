@@ -18,8 +18,8 @@ from gpucluster.audit import Decide, requested_gpus
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG, Settings, native_resources, opted_out
 from gpucluster.translate import translate_pod_spec
-from webhook.admission import admit_request
-from webhook.review import AdmissionRequest
+from gpucluster.webhook.admission import admit_request
+from gpucluster.webhook.review import AdmissionRequest
 
 
 def _dict(value: Any) -> Mapping[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook.tls import ReloadingTLS
+from gpucluster.webhook.tls import ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")
 
@@ -122,7 +122,7 @@ async def _require_certificate(
         refused = refusal(peer, request.app[ALLOWED_NAMES_KEY])
         if refused is not None:
             status, text = refused
-            from webhook.server import METRICS_KEY  # the server imports nothing of this module
+            from gpucluster.webhook.server import METRICS_KEY  # the server imports nothing of this module
 
             request.app[METRICS_KEY].rejected.labels(request.path.strip("/"), str(status)).inc()
             log.debug("review refused peer=%s status=%d %s", request.remote, status, text.strip())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from webhook.admission import HOOKS, Hook
+from gpucluster.webhook.admission import HOOKS, Hook
 
 VALIDATING_NAME = "gpucluster-validating-webhook"
 MUTATING_NAME = "gpucluster-mutating-webhook"

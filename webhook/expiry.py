@@ -7,7 +7,7 @@ within it or unusable (:meth:`~webhook.tls.ReloadingTLS.problem`):
 - records a Warning Event on the GPUCluster ``gpu-cluster``, reason ``WebhookCertificateExpiring``
   (still valid) or ``WebhookCertificateInvalid`` (expired, not yet valid, not for the Service),
   when the problem appears or changes and again hourly (the ERROR log and the
-  ``gpucluster_webhook_certificate_expiry_seconds`` metric are :mod:`webhook.tls`'s);
+  ``gpucluster_webhook_certificate_expiry_seconds`` metric are :mod:`gpucluster.webhook.tls`'s);
 - sets the GPUCluster condition ``WebhookCertificateValid`` to ``False`` with that reason and the
   replica's name; once the certificate is good again the condition turns ``True`` (reason
   ``Valid``). A cluster that never had a problem gets no such condition.
@@ -30,7 +30,7 @@ from gpucluster import timestamps
 from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
-from webhook.tls import ReloadingTLS
+from gpucluster.webhook.tls import ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")
 

@@ -13,17 +13,17 @@ handshake gets the read-header timeout too. Past ``max_connections`` open connec
 applies the hook's failure policy at once instead of waiting out its timeout in a queue). A client
 that disconnects mid-request costs one DEBUG line; malformed HTTP one DEBUG line too.
 
-Connections are admitted from the accept on through a connection table (:mod:`webhook.connections`):
+Connections are admitted from the accept on through a connection table (:mod:`gpucluster.webhook.connections`):
 a total cap and a cap per peer address, and a full replica makes room by closing the connection
 doing the least (handshaking, silent, idle) rather than refusing the new one; only when every
 connection in reach is answering a review is a new one refused (closed at once). A connection
 must finish its TLS handshake and send the first byte of a request within the first-byte timeout
 (5 s). With client authentication on, the review port's handshake requires a client certificate
-(:mod:`webhook.clientauth`); ``/healthz``, ``/readyz`` and ``/metrics`` are then served without one
+(:mod:`gpucluster.webhook.clientauth`); ``/healthz``, ``/readyz`` and ``/metrics`` are then served without one
 on the health port (``health_port``), which never serves reviews.
 
 Claim reviews run in a thread, because their rule waits for the allocator's worker pool
-(:mod:`webhook.feasibility`); every other review is answered on the event loop.
+(:mod:`gpucluster.webhook.feasibility`); every other review is answered on the event loop.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
-from webhook.admission import Path, admit_request
-from webhook.connections import ConnectionTable, Slot
-from webhook.metrics import WebhookMetrics
-from webhook.review import ReviewDecodeError, decode_review
-from webhook.tls import ReloadingTLS
+from gpucluster.webhook.admission import Path, admit_request
+from gpucluster.webhook.connections import ConnectionTable, Slot
+from gpucluster.webhook.metrics import WebhookMetrics
+from gpucluster.webhook.review import ReviewDecodeError, decode_review
+from gpucluster.webhook.tls import ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")
 

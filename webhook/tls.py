@@ -13,7 +13,7 @@ A pair that is expired, not yet valid, expires within the margin, or is not for 
 names never replaces a good live pair: an error names why and the live pair keeps serving. A live
 pair that nears expiry is logged as an error (again hourly) and reported by
 :meth:`ReloadingTLS.expiry_warning` and :meth:`ReloadingTLS.seconds_to_expiry` (a metric; the
-webhook also sends an event and sets a GPUCluster condition, :mod:`webhook.expiry`), but it is
+webhook also sends an event and sets a GPUCluster condition, :mod:`gpucluster.webhook.expiry`), but it is
 still served and the replica stays ready: a certificate that is still valid still works, and the
 renewal (a third of the lifetime ahead) is what prevents expiry. Only a pair that clients would
 refuse now (expired, not yet valid, not for the Service) is :meth:`ReloadingTLS.problem`, which

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from controller.operands.common import (
+from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.common import (
     DEFAULT_NAMESPACE,
     IMAGE_ENV_NAMES,
     MANAGED_BY,
@@ -27,11 +28,10 @@ from controller.operands.common import (
     Obj,
     RenderError,
 )
-from controller.operands.dcgm import render_dcgm
-from controller.operands.dcgm_exporter import render_dcgm_exporter
-from controller.operands.dra_driver import render_dra_driver
-from controller.operands.dra_validator import render_dra_validator
-from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.dcgm import render_dcgm
+from gpucluster.controller.operands.dcgm_exporter import render_dcgm_exporter
+from gpucluster.controller.operands.dra_driver import render_dra_driver
+from gpucluster.controller.operands.dra_validator import render_dra_validator
 
 __all__ = [
     "DEFAULT_NAMESPACE",

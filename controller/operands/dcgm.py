@@ -7,7 +7,8 @@ node through a DRA claim rather than through the nvidia runtime class.
 
 from __future__ import annotations
 
-from controller.operands.common import (
+from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.common import (
     DCGM_IMAGE_ENV,
     READ,
     STATE_DCGM,
@@ -23,7 +24,6 @@ from controller.operands.common import (
     resources,
     rule,
 )
-from gpucluster.api import gpucluster as gc
 
 APP = "nvidia-dcgm"
 NAME = "nvidia-dcgm"

@@ -7,7 +7,8 @@ hostengine when ``spec.dcgm`` is enabled.
 
 from __future__ import annotations
 
-from controller.operands.common import (
+from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.common import (
     DCGM_EXPORTER_IMAGE_ENV,
     READ,
     STATE_DCGM_EXPORTER,
@@ -27,8 +28,7 @@ from controller.operands.common import (
     rule,
     sorted_map,
 )
-from controller.operands.dcgm import REMOTE_HOSTENGINE, dcgm_enabled
-from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.dcgm import REMOTE_HOSTENGINE, dcgm_enabled
 
 APP = "nvidia-dcgm-exporter"
 NAME = "nvidia-dcgm-exporter"

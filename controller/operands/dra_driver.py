@@ -8,7 +8,9 @@ ComputeDomains, the compute-domain controller Deployment and its RBAC.
 
 from __future__ import annotations
 
-from controller.operands.common import (
+from gpucluster.api import gpucluster as gc
+from gpucluster.api.base import ResourceRequirements
+from gpucluster.controller.operands.common import (
     DEVICE_CLASS_GPU,
     DRA_DRIVER_IMAGE_ENV,
     READ,
@@ -29,8 +31,6 @@ from controller.operands.common import (
     resources,
     rule,
 )
-from gpucluster.api import gpucluster as gc
-from gpucluster.api.base import ResourceRequirements
 
 APP = "nvidia-dra-driver"
 KUBELET_PLUGIN = "nvidia-dra-driver-kubelet-plugin"

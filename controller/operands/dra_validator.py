@@ -9,7 +9,8 @@ allocated and works.
 
 from __future__ import annotations
 
-from controller.operands.common import (
+from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.common import (
     STATE_DRA_VALIDATION,
     VALIDATOR_IMAGE_ENV,
     ClusterFacts,
@@ -20,8 +21,7 @@ from controller.operands.common import (
     prune,
     resources,
 )
-from controller.operands.dra_driver import driver_image
-from gpucluster.api import gpucluster as gc
+from gpucluster.controller.operands.dra_driver import driver_image
 
 APP = "nvidia-dra-validator"
 NAME = "nvidia-dra-validator"

@@ -3,7 +3,7 @@ GPUCluster's ``repository``/``image``/``version`` must follow for the renderer t
 
 The grammar is github.com/distribution/reference's (no IPv6 hosts): a first component is a
 registry host only if it has a dot or a port or is ``localhost``; path components are lowercase.
-``controller.operands.common.resolve_image`` uses these expressions; the model and the CRD refuse,
+``gpucluster.controller.operands.common.resolve_image`` uses these expressions; the model and the CRD refuse,
 from the spec alone, what it would refuse: a repository without image and version (or an image and
 version without a repository), a repository, image or version it could not parse. What depends on
 the operator's environment (a version alone rolls the operator's default image) stays with the

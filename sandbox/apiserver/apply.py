@@ -17,7 +17,7 @@ no pointer information here: a pointer struct set for the first time is not owne
 Lists and maps of built-in kinds are typed from the Kubernetes 1.34 OpenAPI definitions
 (``x-kubernetes-list-type``/``-list-map-keys``/``-map-type``, else the patch strategy, as
 kube-openapi's schemaconv infers them); kinds without a definition fall back to a table of field
-names (``sandbox.apiserver.patch.MERGE_KEYS``). Simplified: versions are not converted (each
+names (``gpucluster.sandbox.apiserver.patch.MERGE_KEYS``). Simplified: versions are not converted (each
 manager's entry records the apiVersion it used); client-side apply's last-applied annotation is not
 looked at.
 """
@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.patch import SET_LISTS, merge_key
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.patch import SET_LISTS, merge_key
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -139,7 +139,7 @@ _ANY_FIELD = _AnyField()
 
 def _resolve(node: Obj) -> tuple[str, Obj]:
     """A schema node with its ``$ref`` followed: (the definition's name or "", the node)."""
-    from sandbox.apiserver.schemas import definitions, ref_name
+    from gpucluster.sandbox.apiserver.schemas import definitions, ref_name
 
     defs = definitions()
     name = ""
@@ -154,7 +154,7 @@ def _resolve(node: Obj) -> tuple[str, Obj]:
 
 @functools.lru_cache(maxsize=8192)
 def _definition_node(definition: str, names: tuple[str, ...]) -> tuple[str, Obj]:
-    from sandbox.apiserver.schemas import definitions
+    from gpucluster.sandbox.apiserver.schemas import definitions
 
     name, node = definition, _resolve(definitions().get(definition, {}))[1]
     for part in names:
@@ -348,7 +348,7 @@ def _iteration_key(path: Path) -> tuple[tuple[int, tuple[int, str]], ...]:
 
 def _go_string(value: Any) -> str:
     """value.ToString: strings Go-quoted, numbers and booleans as Go prints them."""
-    from sandbox.apiserver.selectors import go_quote
+    from gpucluster.sandbox.apiserver.selectors import go_quote
 
     if value is None:
         return "null"
@@ -802,7 +802,7 @@ class Manager:
 
     def printed(self) -> str:
         """printManager: how a conflict names the manager."""
-        from sandbox.apiserver.selectors import go_quote
+        from gpucluster.sandbox.apiserver.selectors import go_quote
 
         out = go_quote(self.manager)
         if self.subresource:
@@ -1045,7 +1045,7 @@ def apply(
     try:
         managers = decode_managers((live or {}).get("metadata", {}).get("managedFields"))
     except ValueError as exc:
-        from sandbox.apiserver import errors
+        from gpucluster.sandbox.apiserver import errors
 
         raise errors.internal(f"failed to decode managed fields: {exc}") from None
     if not managers and live is not None:

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpucluster import timestamps
-from sandbox.apiserver import errors
-from sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.errors import ApiError
 
 if TYPE_CHECKING:
-    from sandbox.apiserver.store import Store
+    from gpucluster.sandbox.apiserver.store import Store
 
 Obj = dict[str, Any]
 

@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
-from sandbox.apiserver import podspec
-from sandbox.apiserver.podspec import DecodeError
-from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
+from gpucluster.sandbox.apiserver import podspec
+from gpucluster.sandbox.apiserver.podspec import DecodeError
+from gpucluster.sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]
@@ -1028,7 +1028,7 @@ def causes_for(group: str, plural: str, obj: Obj, old: Obj | None, namespace_obj
     try:
         return _causes_for(group, plural, obj, old, namespace_obj)
     except DecodeError as err:
-        from sandbox.apiserver import errors
+        from gpucluster.sandbox.apiserver import errors
 
         kind, version = str(obj.get("kind", "")), str(obj.get("apiVersion", "")).rpartition("/")[2]
         raise errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {err}') from None

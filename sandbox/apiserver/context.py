@@ -1,13 +1,15 @@
 """Who asks and what an admission hook sees: the per-request values the API semantics (``core``),
-the authorizer (``rbac``) and its bootstrap pass around, on their own so that none of those
-imports another for them."""
+the authorizer (``rbac``) and its bootstrap pass around, and the part of the semantics those two
+use (``Semantics``), on their own so that neither imports ``core``, which imports them."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.store import Store
 
 Obj = dict[str, Any]
 
@@ -50,3 +52,45 @@ class Attributes:
     options: Obj
     user: Obj
     warnings: list[str]
+
+
+AdmissionHook = Callable[[Attributes], Awaitable[None]]
+
+
+@dataclass
+class Admission:
+    """Hook points where the admission chain plugs in; no-ops by default."""
+
+    mutating: list[AdmissionHook] = field(default_factory=list)
+    validating: list[AdmissionHook] = field(default_factory=list)
+
+    async def mutate(self, attrs: Attributes) -> None:
+        for hook in self.mutating:
+            await hook(attrs)
+
+    async def validate(self, attrs: Attributes) -> None:
+        for hook in self.validating:
+            await hook(attrs)
+
+
+class Semantics(Protocol):
+    """What the authorizer and its bootstrap use of the API semantics (``core.ApiCore``)."""
+
+    store: Store
+    registry: Registry
+    admission: Admission
+
+    async def create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Obj,
+        ctx: Context,
+        *,
+        managed: bool = True,
+        authorize_create: bool = False,
+    ) -> Obj: ...
+
+    async def update(
+        self, rt: ResourceType, namespace: str, name: str, body: Obj, ctx: Context, *, subresource: str = ""
+    ) -> Obj: ...

@@ -13,19 +13,21 @@ import copy
 import datetime as dt
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucluster import timestamps
-from sandbox.apiserver import apply as ssa
-from sandbox.apiserver import builtins, crds, errors, podspec, schemas
-from sandbox.apiserver.context import Attributes as Attributes
-from sandbox.apiserver.context import Context as Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
-from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.selectors import (
+from gpucluster.sandbox.apiserver import apply as ssa
+from gpucluster.sandbox.apiserver import builtins, crds, errors, podspec, schemas
+from gpucluster.sandbox.apiserver.context import Admission as Admission
+from gpucluster.sandbox.apiserver.context import AdmissionHook as AdmissionHook
+from gpucluster.sandbox.apiserver.context import Attributes as Attributes
+from gpucluster.sandbox.apiserver.context import Context as Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.patch import json_patch, merge_patch, strategic_merge
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.selectors import (
     FieldSelector,
     Selector,
     go_parse_uint,
@@ -34,11 +36,11 @@ from sandbox.apiserver.selectors import (
     matches_labels,
     single_name,
 )
-from sandbox.apiserver.store import Store, Watcher, rv_of
+from gpucluster.sandbox.apiserver.store import Store, Watcher, rv_of
 
 if TYPE_CHECKING:
-    from sandbox.apiserver.auth import Authenticator
-    from sandbox.apiserver.rbac import Authorizer
+    from gpucluster.sandbox.apiserver.auth import Authenticator
+    from gpucluster.sandbox.apiserver.rbac import Authorizer
 
 Obj = dict[str, Any]
 ObjList = list[Obj]
@@ -79,25 +81,6 @@ class UnknownError(ApiError):
 
     def status(self) -> Obj:
         return {k: v for k, v in super().status().items() if k != "reason"}
-
-
-AdmissionHook = Callable[[Attributes], Awaitable[None]]
-
-
-@dataclass
-class Admission:
-    """Hook points where the admission chain plugs in; no-ops by default."""
-
-    mutating: list[AdmissionHook] = field(default_factory=list)
-    validating: list[AdmissionHook] = field(default_factory=list)
-
-    async def mutate(self, attrs: Attributes) -> None:
-        for hook in self.mutating:
-            await hook(attrs)
-
-    async def validate(self, attrs: Attributes) -> None:
-        for hook in self.validating:
-            await hook(attrs)
 
 
 @dataclass
@@ -422,8 +405,8 @@ class ApiCore:
     def _authorize_create(self, rt: ResourceType, namespace: str, name: str, ctx: Context) -> None:
         if self.authz is None:
             return
-        from sandbox.apiserver.auth import UserInfo
-        from sandbox.apiserver.rbac import RequestInfo
+        from gpucluster.sandbox.apiserver.auth import UserInfo
+        from gpucluster.sandbox.apiserver.rbac import RequestInfo
 
         user = UserInfo.from_obj(ctx.user)
         if not user.privileged:

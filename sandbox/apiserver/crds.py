@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpucluster.api.structural import apply_defaults
-from sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.resources import ResourceType
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]  # (reason, field, message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
 
 Obj = dict[str, Any]
 

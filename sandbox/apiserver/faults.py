@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.apiserver import errors
-from sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.errors import ApiError
 
 Obj = dict[str, Any]
 

@@ -13,10 +13,10 @@ import copy
 import logging
 from typing import Any
 
-from sandbox.apiserver.core import NAMESPACES, ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.resources import ResourceType
-from sandbox.apiserver.store import DELETED, Event, ResourceKey
+from gpucluster.sandbox.apiserver.core import NAMESPACES, ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.store import DELETED, Event, ResourceKey
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.gc")

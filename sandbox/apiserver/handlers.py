@@ -18,13 +18,24 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sandbox.apiserver import auth, discovery, errors, openapi, openapi_proto, podlogs, protobuf, rbac, schemas, tables
-from sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.faults import Faults
-from sandbox.apiserver.resources import ResourceType
-from sandbox.apiserver.selectors import FieldLabels, ListOptions, field_labels, go_bool, list_options
-from sandbox.apiserver.store import BOOKMARK, ERROR
+from gpucluster.sandbox.apiserver import (
+    auth,
+    discovery,
+    errors,
+    openapi,
+    openapi_proto,
+    podlogs,
+    protobuf,
+    rbac,
+    schemas,
+    tables,
+)
+from gpucluster.sandbox.apiserver.core import APPLY_PATCH, RETURNS_DELETED_OBJECT, ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.faults import Faults
+from gpucluster.sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.selectors import FieldLabels, ListOptions, field_labels, go_bool, list_options
+from gpucluster.sandbox.apiserver.store import BOOKMARK, ERROR
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.apiserver")

@@ -24,8 +24,8 @@ import hashlib
 import json
 from typing import Any
 
-from sandbox.apiserver import schemas
-from sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver import schemas
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
 
 Obj = dict[str, Any]
 
@@ -630,7 +630,7 @@ class OpenAPI:
                 self._v2["json"] = (_digest(body), body)
                 self._v2["doc"] = ("", body)
             if protobuf:
-                from sandbox.apiserver import openapi_proto
+                from gpucluster.sandbox.apiserver import openapi_proto
 
                 body = openapi_proto.encode_document(json.loads(self._v2["doc"][1]))
                 self._v2["pb"] = (_digest(body), body)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonpatch
 
-from sandbox.apiserver.errors import ApiError, bad_request
+from gpucluster.sandbox.apiserver.errors import ApiError, bad_request
 
 Obj = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """``GET /api/v1/namespaces/NS/pods/NAME/log``: a container's log, as kube-apiserver proxies it from
 the kubelet (``container``, ``previous``, ``tailLines``, ``limitBytes``, ``follow``; not
-``timestamps`` or ``sinceSeconds``). Logs exist for process pods (``sandbox.sim.process``);
+``timestamps`` or ``sinceSeconds``). Logs exist for process pods (``gpucluster.sandbox.sim.process``);
 a simulated container that runs has an empty log."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from sandbox.apiserver import errors
-from sandbox.apiserver.core import ApiCore
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.core import ApiCore
 
 
 class LogSource(Protocol):

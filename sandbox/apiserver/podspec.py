@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from gpucluster.dra.quantity import Quantity, QuantityError
-from sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
+from gpucluster.sandbox.apiserver.selectors import label_value_errors, qualified_name_errors, subdomain_errors
 
 Obj = dict[str, Any]
 Cause = tuple[str, str, str]

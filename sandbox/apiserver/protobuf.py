@@ -14,7 +14,7 @@ import base64
 from typing import Any
 
 from gpucluster import timestamps
-from sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.errors import ApiError
 
 Obj = dict[str, Any]
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"

@@ -31,19 +31,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox.apiserver import errors, protobuf
-from sandbox.apiserver.auth import AUTHENTICATED, SA_PREFIX, Authenticator, UserInfo
-from sandbox.apiserver.builtins import DNS1123_LABEL
-from sandbox.apiserver.context import Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.rbac_bootstrap import bootstrap_objects, seed
-from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.selectors import go_bool, subdomain_errors
-from sandbox.apiserver.store import Event, Store
+from gpucluster.sandbox.apiserver import errors, protobuf
+from gpucluster.sandbox.apiserver.auth import AUTHENTICATED, SA_PREFIX, Authenticator, UserInfo
+from gpucluster.sandbox.apiserver.builtins import DNS1123_LABEL
+from gpucluster.sandbox.apiserver.context import Context, Semantics
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.rbac_bootstrap import bootstrap_objects, seed
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.selectors import go_bool, subdomain_errors
+from gpucluster.sandbox.apiserver.store import Event, Store
 
 if TYPE_CHECKING:
-    from sandbox.apiserver.context import Attributes
-    from sandbox.apiserver.core import ApiCore
+    from gpucluster.sandbox.apiserver.context import Attributes
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.rbac")
@@ -675,7 +674,7 @@ class EscalationGuard:
     def __init__(self, authz: Authorizer) -> None:
         self.authz = authz
 
-    def install(self, core: ApiCore) -> None:
+    def install(self, core: Semantics) -> None:
         core.admission.mutating.insert(0, self)
 
     async def __call__(self, attrs: Attributes) -> None:
@@ -777,7 +776,7 @@ def aggregated_rules(role: Obj, roles: Iterable[Obj]) -> list[Obj]:
 class Aggregator:
     """The clusterrole-aggregation controller: keeps aggregated ClusterRoles' ``rules`` current."""
 
-    def __init__(self, core: ApiCore) -> None:
+    def __init__(self, core: Semantics) -> None:
         self.core = core
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -6,13 +6,10 @@ admin/edit/view with their system:aggregate-to-* roles, and upstream's bindings 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sandbox.apiserver.auth import ADMIN
-from sandbox.apiserver.context import Context
-
-if TYPE_CHECKING:
-    from sandbox.apiserver.core import ApiCore
+from gpucluster.sandbox.apiserver.auth import ADMIN
+from gpucluster.sandbox.apiserver.context import Context, Semantics
 
 Obj = dict[str, Any]
 GROUP = "rbac.authorization.k8s.io"
@@ -250,7 +247,7 @@ def bootstrap_objects() -> list[tuple[str, Obj]]:
     return [("clusterroles", r) for r in roles] + [("clusterrolebindings", b) for b in bindings]
 
 
-async def seed(core: ApiCore) -> None:
+async def seed(core: Semantics) -> None:
     """Create the bootstrap policy objects that are missing (as kube-apiserver's post-start hook)."""
     for plural, obj in bootstrap_objects():
         rt = core.registry.get(GROUP, "v1", plural)

@@ -3,7 +3,7 @@
 The definitions are the upstream OpenAPI definitions as kubernetes-validate 1.34 publishes them
 (JSON Schema 2020-12: ``$defs``, ``"type": [T, "null"]``, ``oneOf`` for IntOrString/Quantity),
 shipped gzipped beside this module so the sandbox needs neither kubernetes-validate (a 100 MB dev
-dependency) nor network at run time. Regenerate with ``python -m sandbox.apiserver.schemas``
+dependency) nor network at run time. Regenerate with ``python -m gpucluster.sandbox.apiserver.schemas``
 after upgrading kubernetes-validate; a test checks the copy still matches the installed package.
 
 ``unknown_fields`` reproduces what the strict JSON decoder of kube-apiserver reports (``unknown
@@ -172,7 +172,7 @@ def check_int32_fields(group: str, version: str, kind: str, obj: Obj) -> None:
     """What decoding a create or update body does with an integer an int32 field cannot hold: 400."""
     found = int32_overflows(group, version, kind, obj)
     if found:
-        from sandbox.apiserver import errors
+        from gpucluster.sandbox.apiserver import errors
 
         field, holder, key, _ = found[0]
         raise errors.bad_request(
@@ -189,7 +189,7 @@ def check_unknown_fields(
     if not found:
         return
     if field_validation == "Strict":
-        from sandbox.apiserver import errors
+        from gpucluster.sandbox.apiserver import errors
 
         unknown = ", ".join(f'unknown field "{p}"' for p in found)
         raise errors.bad_request(
@@ -243,7 +243,7 @@ def check_duplicate_fields(kind: str, version: str, raw: bytes, field_validation
     if not found:
         return
     if field_validation == "Strict":
-        from sandbox.apiserver import errors
+        from gpucluster.sandbox.apiserver import errors
 
         dups = ", ".join(f'duplicate field "{p}"' for p in found)
         raise errors.bad_request(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.apiserver.errors import bad_request, invalid
+from gpucluster.sandbox.apiserver.errors import bad_request, invalid
 
 Obj = dict[str, Any]
 

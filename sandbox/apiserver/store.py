@@ -5,7 +5,7 @@ Objects are plain dicts and are never mutated once stored: every write stores a 
 change a stored object must copy it first.
 
 Storage is keyed by resource (group, plural) and then (namespace, name); cluster-scoped objects use
-the namespace "". The store knows nothing about kinds or validation; ``sandbox.apiserver.core`` does.
+the namespace "". The store knows nothing about kinds or validation; ``gpucluster.sandbox.apiserver.core`` does.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.apiserver import errors
-from sandbox.apiserver.selectors import FieldSelector, Selector, matches_fields, matches_labels
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.selectors import FieldSelector, Selector, matches_fields, matches_labels
 
 Obj = dict[str, Any]
 ResourceKey = tuple[str, str]  # (group, plural)

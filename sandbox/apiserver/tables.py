@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucluster import timestamps
-from sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.resources import ResourceType
 
 Obj = dict[str, Any]
 Column = tuple[str, str, str, int, Callable[[Obj], Any]]  # name, type, format, priority, cell

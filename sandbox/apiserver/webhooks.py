@@ -18,7 +18,7 @@ plugins run them (k8s.io/apiserver ``pkg/admission/plugin/webhook``).
   upstream); ``JSONPatch`` responses are applied, then defaults (and, for custom resources,
   pruning) are applied again and the object is validated as usual;
 * validating webhooks are called concurrently; the first failure in webhook order is returned;
-* calls present the sandbox's webhook client certificate (:mod:`sandbox.pki`) to a webhook that
+* calls present the sandbox's webhook client certificate (:mod:`gpucluster.sandbox.pki`) to a webhook that
   asks for one, as kube-apiserver with a ``kubeConfigFile`` whose ``*`` user carries it;
 * calls are AdmissionReview v1 POSTs over HTTPS to ``clientConfig.url`` or to the service
   ``https://<name>.<namespace>.svc:<port><path>`` (resolved through :meth:`register_service`,
@@ -60,11 +60,11 @@ import jsonpatch
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from sandbox.apiserver import errors
-from sandbox.apiserver.core import NAMESPACES, ApiCore, Attributes
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.resources import ResourceType
-from sandbox.apiserver.selectors import Selector, label_selector_from_object
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.core import NAMESPACES, ApiCore, Attributes
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.selectors import Selector, label_selector_from_object
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.webhooks")

@@ -1,6 +1,6 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler (built by :mod:`sandbox.controlplane.build`) and the kubelet stand-in
-(:mod:`sandbox.controlplane.nodes`) for simulated GPU nodes.
+kube-scheduler (built by :mod:`gpucluster.sandbox.controlplane.build`) and the kubelet stand-in
+(:mod:`gpucluster.sandbox.controlplane.nodes`) for simulated GPU nodes.
 
 Every component runs as a child process under its own identity (see :mod:`.pki`), logs to
 ``<workdir>/logs/<component>.log`` and gets ``PR_SET_PDEATHSIG``, so none outlives its parent.
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from sandbox.controlplane import build, pki
+from gpucluster.sandbox.controlplane import build, pki
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -59,7 +59,7 @@ class ClusterOptions:
     """Pods of the project's own image run as local processes on the simulated nodes."""
     image_archives: tuple[Path, ...] = ()
     """OCI image archives (``make image``) the simulated nodes hold: pods of those images run from
-    their root filesystems (``sandbox.sim.container``) rather than from this checkout's venv."""
+    their root filesystems (``gpucluster.sandbox.sim.container``) rather than from this checkout's venv."""
     admission_plugins: tuple[str, ...] = ()
     # Extra kube-controller-manager flags, e.g. ("--kube-api-qps=200", "--kube-api-burst=400").
     controller_manager_flags: tuple[str, ...] = ()
@@ -292,7 +292,7 @@ class ControlPlane:
         self.say(f"control plane up in {time.monotonic() - started:.1f} s")
 
     def _start_nodes(self, logs: Path) -> None:
-        from sandbox.controlplane import nodes
+        from gpucluster.sandbox.controlplane import nodes
 
         assert self.pki is not None
         plans = nodes.plans(self.options.nodes, self.options.gpus_per_node, self.options.mix)
@@ -301,7 +301,7 @@ class ControlPlane:
             self.pki.write_kubeconfig(pki.node_identity(name), self.server)
             self.pki.write_kubelet_serving(name, nodes.node_address(index))
         argv = [
-            sys.executable, "-m", "sandbox.controlplane.nodes", f"--pki-dir={self.pki.directory}",
+            sys.executable, "-m", "gpucluster.sandbox.controlplane.nodes", f"--pki-dir={self.pki.directory}",
             f"--nodes={self.options.nodes}", f"--gpus-per-node={self.options.gpus_per_node}",
             f"--mix={self.options.mix}", f"--version={self.version}", f"--pods-dir={self.workdir / 'pods'}",
         ]  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox.apiserver import errors, podlogs
+from gpucluster.sandbox.apiserver import errors, podlogs
 
 Obj = dict[str, Any]
 PodLookup = Callable[[str, str], "Obj | None"]

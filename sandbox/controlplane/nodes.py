@@ -4,12 +4,12 @@ One process serves every simulated node, each under its own node identity
 (``system:node:<name>`` in ``system:nodes``, so the Node authorizer and NodeRestriction judge it
 as they judge a kubelet). Per node it:
 
-* registers the Node (NFD and GPU Feature Discovery labels, ``sandbox.sim.gpunodes``) and renews
+* registers the Node (NFD and GPU Feature Discovery labels, ``gpucluster.sandbox.sim.gpunodes``) and renews
   its Lease in ``kube-node-lease`` every 10 s, as a kubelet does, so the node lifecycle controller
   keeps it Ready;
 * watches the pods bound to it (``spec.nodeName``). A pod whose claims are allocated and reserved
   for it starts: pods of the project's own image run as local processes
-  (``sandbox.sim.process.ProcessRuntime``: volumes, projected service-account tokens from the
+  (``gpucluster.sandbox.sim.process.ProcessRuntime``: volumes, projected service-account tokens from the
   TokenRequest API, probes, restarts, logs), others are reported Running and Ready at once. A pod
   with a deletionTimestamp is stopped within its grace period and deleted with grace 0;
 * serves the kubelet API's container logs for kube-apiserver (:mod:`.kubeletapi`), so
@@ -18,7 +18,7 @@ as they judge a kubelet). Per node it:
 * publishes the node's NVIDIA ResourceSlices while a pod of the DRA kubelet-plugin DaemonSet runs
   there, under the simulated DRA driver's identity, which has only a DRA kubelet plugin's rights.
 
-Run as ``python -m sandbox.controlplane.nodes --pki-dir D --nodes N ...`` by
+Run as ``python -m gpucluster.sandbox.controlplane.nodes --pki-dir D --nodes N ...`` by
 :class:`sandbox.controlplane.cluster.ControlPlane`.
 """
 
@@ -40,11 +40,11 @@ from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import Reflector, Resource
 from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQueue, run_workers
-from sandbox.controlplane import kubeletapi, pki
-from sandbox.controlplane.proxy import ServiceProxy
-from sandbox.sim import process
-from sandbox.sim.images import ImageStore
-from sandbox.sim.kubelet import (
+from gpucluster.sandbox.controlplane import kubeletapi, pki
+from gpucluster.sandbox.controlplane.proxy import ServiceProxy
+from gpucluster.sandbox.sim import process
+from gpucluster.sandbox.sim.images import ImageStore
+from gpucluster.sandbox.sim.kubelet import (
     NodePlan,
     claim_names,
     image_id,
@@ -520,7 +520,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.controlplane.nodes")
+    parser = argparse.ArgumentParser(prog="python -m gpucluster.sandbox.controlplane.nodes")
     parser.add_argument("--pki-dir", required=True)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--gpus-per-node", type=int, default=8)

@@ -21,8 +21,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
-from sandbox import kubeconfig
+from gpucluster.certs.authority import KeyPair, new_ca, new_client_cert, new_serving_cert
+from gpucluster.sandbox import kubeconfig
 
 # Service ClusterIPs are loopback addresses (which this machine answers on without any set-up) that
 # no process pod gets: the process runtime draws pod addresses from 127.1-254.x.y.

@@ -23,8 +23,8 @@ from typing import Any
 
 from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.predicates import pod_ready
-from sandbox.controlplane.pki import SERVICE_CIDR
-from sandbox.sim.endpoints import resolve_target_port, selects
+from gpucluster.sandbox.controlplane.pki import SERVICE_CIDR
+from gpucluster.sandbox.sim.endpoints import resolve_target_port, selects
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.controlplane.proxy")

@@ -26,16 +26,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.apiserver.core import ApiCore
-from sandbox.sim.base import Controller
-from sandbox.sim.endpoints import EndpointSliceController, ensure_endpointslices
-from sandbox.sim.images import ImageStore
-from sandbox.sim.jobs import JobController
-from sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
-from sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions, core_access
-from sandbox.sim.resourceclaim import ResourceClaimController
-from sandbox.sim.scheduler import Scheduler
-from sandbox.sim.workloads import Workloads, ensure_replicasets
+from gpucluster.sandbox.apiserver.core import ApiCore
+from gpucluster.sandbox.sim.base import Controller
+from gpucluster.sandbox.sim.endpoints import EndpointSliceController, ensure_endpointslices
+from gpucluster.sandbox.sim.images import ImageStore
+from gpucluster.sandbox.sim.jobs import JobController
+from gpucluster.sandbox.sim.kubelet import Kubelet, NodePlan, SlicePublisher, parse_mix, plan_nodes, register_nodes
+from gpucluster.sandbox.sim.process import ApiEndpoint, LogFile, ProcessRuntime, RuntimeOptions, core_access
+from gpucluster.sandbox.sim.resourceclaim import ResourceClaimController
+from gpucluster.sandbox.sim.scheduler import Scheduler
+from gpucluster.sandbox.sim.workloads import Workloads, ensure_replicasets
 
 __all__ = ["SimulatedCluster", "SimulationOptions"]
 
@@ -67,7 +67,7 @@ class SimulationOptions:
     """More images to run as processes: repository -> argv standing for the image's entrypoint."""
     image_archives: tuple[Path, ...] = ()
     """OCI image archives the nodes hold (``make image``): their pods run from the images' root
-    filesystems (``sandbox.sim.container``)."""
+    filesystems (``gpucluster.sandbox.sim.container``)."""
 
     def plans(self) -> list[NodePlan]:
         return plan_nodes(self.nodes, self.gpus_per_node, parse_mix(self.mix), prefix=self.node_prefix)

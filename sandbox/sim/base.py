@@ -17,10 +17,10 @@ from typing import Any
 
 from gpucluster.clusterstate import metadata as meta
 from gpucluster.kube.workqueue import ItemExponentialFailureRateLimiter, WorkQueue, run_workers
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.resources import ResourceType
-from sandbox.apiserver.store import Event
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.apiserver.store import Event
 
 Obj = dict[str, Any]
 __all__ = ["Controller", "Obj", "Retry", "meta"]

@@ -19,10 +19,10 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from gpucluster.kube.predicates import pod_ready
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim.base import Controller, Obj, meta
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.store import DELETED, Event
+from gpucluster.sandbox.sim.base import Controller, Obj, meta
 
 SERVICES = ("", "services")
 PODS = ("", "pods")

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucluster.kube import events
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.sim.base import Obj
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.sim.base import Obj
 
 EVENTS = ("", "events")
 log = logging.getLogger("sandbox.sim.events")

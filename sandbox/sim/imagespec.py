@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.sim import podenv
-from sandbox.sim.images import Image
+from gpucluster.sandbox.sim import podenv
+from gpucluster.sandbox.sim.images import Image
 
 Obj = dict[str, Any]
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from gpucluster import timestamps
 from gpucluster.kube.predicates import pod_ready
-from sandbox.apiserver.core import ApiCore
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim.base import Controller, Obj, meta
+from gpucluster.sandbox.apiserver.core import ApiCore
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.store import DELETED, Event
+from gpucluster.sandbox.sim.base import Controller, Obj, meta
 
 JOBS = ("batch", "jobs")
 PODS = ("", "pods")

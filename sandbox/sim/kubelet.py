@@ -2,7 +2,7 @@
 kubelet that starts bound pods.
 
 * ``plan_nodes`` turns ``--nodes/--gpus-per-node/--mix`` into node plans (model, GPU count, MIG
-  layout) and ``register_nodes`` creates the Nodes (``sandbox.sim.gpunodes.node_object``:
+  layout) and ``register_nodes`` creates the Nodes (``gpucluster.sandbox.sim.gpunodes.node_object``:
   NFD and GPU Feature Discovery labels, ``feature.node.kubernetes.io/pci-10de.present=true``).
 * ``SlicePublisher``: while a pod of a DaemonSet named ``nvidia-dra-driver-kubelet-plugin`` (any
   namespace) runs on a simulated node (phase Running, not being deleted), the node publishes the
@@ -30,14 +30,14 @@ from typing import Any
 
 from gpucluster import timestamps
 from gpucluster.kube import predicates
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim import gpunodes as simulate
-from sandbox.sim import process
-from sandbox.sim.base import Controller, Obj, Retry, meta
-from sandbox.sim.events import EventRecorder
-from sandbox.sim.process import ProcessRuntime
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.store import DELETED, Event
+from gpucluster.sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import process
+from gpucluster.sandbox.sim.base import Controller, Obj, Retry, meta
+from gpucluster.sandbox.sim.events import EventRecorder
+from gpucluster.sandbox.sim.process import ProcessRuntime
 
 KUBELET_PLUGIN = "nvidia-dra-driver-kubelet-plugin"
 OUR_DRIVERS = (simulate.GPU_DRIVER, simulate.COMPUTE_DOMAIN_DRIVER)

@@ -43,11 +43,11 @@ from urllib.parse import urlparse
 import yaml
 
 from gpucluster import timestamps
-from sandbox.apiserver.core import ApiCore
-from sandbox.sim import container as container_launcher
-from sandbox.sim import imagespec, podenv
-from sandbox.sim.images import Image, ImageStore
-from sandbox.sim.probes import ProbeResult, ProbeWorker
+from gpucluster.sandbox.apiserver.core import ApiCore
+from gpucluster.sandbox.sim import container as container_launcher
+from gpucluster.sandbox.sim import imagespec, podenv
+from gpucluster.sandbox.sim.images import Image, ImageStore
+from gpucluster.sandbox.sim.probes import ProbeResult, ProbeWorker
 
 Obj = dict[str, Any]
 log = logging.getLogger("sandbox.kubelet")
@@ -903,7 +903,7 @@ class ProcessRuntime:
     """Every process pod of a node agent: start, status, logs, stop.
 
     ``lookup`` and ``issue_token`` are the kubelet's view of the API: the sandbox's store and
-    token issuer (:func:`core_access`), or a real API server's (``sandbox.controlplane.nodes``).
+    token issuer (:func:`core_access`), or a real API server's (``gpucluster.sandbox.controlplane.nodes``).
     """
 
     def __init__(self, lookup: Lookup, issue_token: TokenIssuer, options: RuntimeOptions | None = None) -> None:

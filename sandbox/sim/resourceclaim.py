@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from sandbox.apiserver.core import APPLY_PATCH
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.store import DELETED, Event
-from sandbox.sim.base import Controller, Obj, Retry, meta
+from gpucluster.sandbox.apiserver.core import APPLY_PATCH
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.store import DELETED, Event
+from gpucluster.sandbox.sim.base import Controller, Obj, Retry, meta
 
 PODS = ("", "pods")
 CLAIMS = ("resource.k8s.io", "resourceclaims")

@@ -51,12 +51,12 @@ from typing import Any
 from gpucluster.dra.allocator import AllocatorInputError, NodeResult, explain
 from gpucluster.dra.model import object_ref
 from gpucluster.kube import predicates
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.store import ADDED, DELETED, Event, rv_of
-from sandbox.sim.base import Controller, Obj, Retry, meta
-from sandbox.sim.events import EventRecorder
-from sandbox.sim.kubelet import claim_names
-from sandbox.sim.resourceclaim import FINALIZER
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.store import ADDED, DELETED, Event, rv_of
+from gpucluster.sandbox.sim.base import Controller, Obj, Retry, meta
+from gpucluster.sandbox.sim.events import EventRecorder
+from gpucluster.sandbox.sim.kubelet import claim_names
+from gpucluster.sandbox.sim.resourceclaim import FINALIZER
 
 log = logging.getLogger("sandbox.scheduler")
 
@@ -497,7 +497,7 @@ class Scheduler(Controller):
 
     async def _binding(self, pod: Obj, node: str) -> None:
         """What POST pods/<name>/binding does: admission of the Binding, then nodeName and PodScheduled."""
-        from sandbox.apiserver.core import Attributes
+        from gpucluster.sandbox.apiserver.core import Attributes
 
         md = meta(pod)
         rt = self.rt("", "v1", "pods")

@@ -66,12 +66,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucluster.kube import predicates
-from sandbox.apiserver.core import Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.resources import Registry, ResourceType
-from sandbox.apiserver.store import ADDED, DELETED, Event
-from sandbox.sim.base import Controller, Obj, Retry, meta
-from sandbox.sim.events import EventRecorder
+from gpucluster.sandbox.apiserver.core import Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.resources import Registry, ResourceType
+from gpucluster.sandbox.apiserver.store import ADDED, DELETED, Event
+from gpucluster.sandbox.sim.base import Controller, Obj, Retry, meta
+from gpucluster.sandbox.sim.events import EventRecorder
 
 NODES = ("", "nodes")
 PODS = ("", "pods")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests.bench.bench_explain import timed
 
 NODES = 1000

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from gpucluster.dra.cel import compile_selector, slice_views
-from sandbox.sim.gpunodes import cluster_slices
+from gpucluster.sandbox.sim.gpunodes import cluster_slices
 from tests.cel_oracle import OracleProgram, activation
 
 SELECTORS = {

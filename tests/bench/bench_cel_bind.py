@@ -14,7 +14,7 @@ from typing import Any
 
 from gpucluster.dra.cel import Shapes, compile_selector, slice_views
 from gpucluster.dra.semver import Semver
-from sandbox.sim.gpunodes import cluster_slices
+from gpucluster.sandbox.sim.gpunodes import cluster_slices
 
 EXPRESSION = (
     'cel.bind(a, device.attributes["gpu.nvidia.com"], a.productName == "NVIDIA H100 80GB HBM3" && a.type == "gpu")'

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.kube.client import Kube, KubeError
-from sandbox.sim.gpunodes import node_slices
+from gpucluster.sandbox.sim.gpunodes import node_slices
 
 ENV = {
     "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",

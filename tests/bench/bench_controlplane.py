@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sandbox.controlplane import build
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.controlplane import build
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 
 RUNS = 3
 

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gpucluster.dra.allocator import Explanation, explain
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 
 NODES = 1000
 GPUS = 8

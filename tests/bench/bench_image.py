@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox.server import SandboxThread
-from sandbox.sim.images import ImageStore
+from gpucluster.sandbox.server import SandboxThread
+from gpucluster.sandbox.sim.images import ImageStore
 from tests.image.run import Webhook
 from tools import image as build
 

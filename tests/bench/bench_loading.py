@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests.bench.bench_explain import _CLASS, _claim
 
 SIZES = (100, 1000, 5000)
@@ -78,7 +78,7 @@ def _beyond_true(path: Path, selectors: list[str], runs: int = 5) -> float:
     """Seconds ``match -o json`` spends on ``selectors`` beyond what ``true`` in their place costs:
     rows evaluated and serialised as the command does, over slices loaded once, the two alternating,
     each its fastest of ``runs``."""
-    from gpucluster.commands.match import _each_row, _programs, _row_json
+    from gpucluster.cli.match import _each_row, _programs, _row_json
     from gpucluster.manifests import load_objects
 
     slices = [o for o in load_objects(str(path)) if o.get("kind") == "ResourceSlice"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpucluster.dra import gates
 from gpucluster.dra.cel import compile_selector, slice_views
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
 from tests.bench.bench_allocator import _CLASS, GPUS, NODES, _claim
 from tests.bench.bench_explain import timed
 from tests.oracle import build

@@ -200,13 +200,13 @@ KCM_SETTINGS = {
 
 
 def run() -> list[dict[str, Any]]:
-    from sandbox.controlplane import build
+    from gpucluster.sandbox.controlplane import build
 
     if build.cached(build.DEFAULT_VERSION) is None:
         return [
             {"name": "real control plane not built (make kube)", "value": 0.0, "unit": "", "target": None, "ok": None}
         ]
-    from gpucluster.commands.run import chart_env
+    from gpucluster.cli.run import chart_env
     from tests.e2e.backends import kube_run_options, start_kube
     from tests.e2e.test_run import StackThread
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from certs.authority import new_ca, new_serving_cert
+from gpucluster.certs.authority import new_ca, new_serving_cert
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs import rotation
 from gpucluster import cli
-from sandbox.server import SandboxThread
+from gpucluster.certs import rotation
+from gpucluster.sandbox.server import SandboxThread
 
 
 def run(*argv: str) -> int:

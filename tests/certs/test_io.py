@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from certs import files, inject, rotation, rotator
+from gpucluster.certs import files, inject, rotation, rotator
+from gpucluster.webhook import configurations
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.certs.fakekube import FakeKube
-from webhook import configurations
-from webhook.tls import ReloadingTLS
 
 NS, SVC, SECRET = "gpu-operator", "gpucluster-webhook", "gpucluster-webhook-certs"
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
@@ -261,7 +261,7 @@ async def test_serving_continues_across_a_ca_rotation_under_loopback_load(tmp_pa
     from cryptography.x509 import DNSName
     from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-    from certs.authority import new_ca
+    from gpucluster.certs.authority import new_ca
     from tests.certs.test_rotation import FAST, T0
 
     def new_ca_pem() -> bytes:

@@ -15,8 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import rotation as r
-from certs.authority import new_ca, new_serving_cert, service_dns_names
+from gpucluster.certs import rotation as r
+from gpucluster.certs.authority import new_ca, new_serving_cert, service_dns_names
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 SVC, NS = "gpucluster-webhook", "gpu-operator"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster import cli
-from webhook.configurations import webhook_configurations
+from gpucluster.webhook.configurations import webhook_configurations
 
 sandbox = pytest.importorskip("sandbox")
 

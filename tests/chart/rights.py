@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from controller.reconcile import OWNED
 from gpucluster.api.gpucluster import SINGLETON_NAME
+from gpucluster.controller.reconcile import OWNED
 from gpucluster.kube.paths import plural
 
 RBAC_TEMPLATE = "gpucluster/templates/rbac.yaml"

@@ -10,17 +10,19 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from certs.inject import CA_INJECTION_LABEL
-from controller.leader import LEASE_NAME
-from controller.operands import ClusterFacts
-from controller.operands import render as render_operands
-from controller.runtime import Controller
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.crd import generated_files
 from gpucluster.api.validation import validate_gpucluster
-from gpucluster.commands.webhook import WEBHOOK_KINDS
+from gpucluster.certs.inject import CA_INJECTION_LABEL
+from gpucluster.cli.webhook import WEBHOOK_KINDS
+from gpucluster.controller.leader import LEASE_NAME
+from gpucluster.controller.operands import ClusterFacts
+from gpucluster.controller.operands import render as render_operands
+from gpucluster.controller.runtime import Controller
 from gpucluster.kube.paths import plural
 from gpucluster.kube.reflector import RESOURCES
+from gpucluster.webhook.admission import HOOKS
+from gpucluster.webhook.configurations import webhook_configurations
 from tests.chart import helm, schema
 from tests.chart.helm import (
     CERT_MANAGER_API,
@@ -35,8 +37,6 @@ from tests.chart.helm import (
     render_error,
     render_recipe,
 )
-from webhook.admission import HOOKS
-from webhook.configurations import webhook_configurations
 
 RECIPE_IDS = [r.name for r in DOCS_RECIPES]
 

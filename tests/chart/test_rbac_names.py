@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from certs.inject import MUTATING_NAME, VALIDATING_NAME
-from controller.operands import ClusterFacts, render_operands
-from controller.plan import FINALIZER, Apply, Delete, Observed, Prerequisites, key_of, plan
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.certs.inject import MUTATING_NAME, VALIDATING_NAME
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+from gpucluster.controller.operands import ClusterFacts, render_operands
+from gpucluster.controller.plan import FINALIZER, Apply, Delete, Observed, Prerequisites, key_of, plan
 from gpucluster.kube.paths import plural
 from tests.chart import helm
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, SERVICE_MONITOR_API, Recipe

@@ -6,9 +6,9 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from controller.operands import ClusterFacts, render
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.controller.operands import ClusterFacts, render
 
 Obj = dict[str, Any]
 

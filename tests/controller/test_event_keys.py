@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.runtime import Controller
 from gpucluster.api.gpucluster import SINGLETON_NAME
+from gpucluster.controller.runtime import Controller
 
 GPU_NODE = {"kind": "Node", "metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.present": "true"}}}
 NEW_GPU_NODE = {

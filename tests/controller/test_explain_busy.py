@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller.explain import Explainer
+from gpucluster.controller.explain import Explainer
 from gpucluster.dra.worker import AllocatorWorker
 from tests.controller.test_explain_unit import claim, pod, state
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.explain import Explainer
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.explain import Explainer
 from gpucluster.dra.worker import AllocatorWorker
 from tests.fixtures import load_fixture
 

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controller.leader import LeaderElector
+from gpucluster.controller.leader import LeaderElector
 from gpucluster.kube.client import Kube, KubeError
-from sandbox.server import Sandbox
+from gpucluster.sandbox.server import Sandbox
 from tests.e2e.backends import SANDBOX, backends
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-from controller.leader import LeaderElector
-from controller.runtime import Controller
+from gpucluster.controller.leader import LeaderElector
+from gpucluster.controller.runtime import Controller
 from gpucluster.kube.client import Kube
 from tests.controller import test_leader as base
 

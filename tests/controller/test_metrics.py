@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.runtime import Controller, Metrics, error_reason
-from gpucluster.commands.run import RunOptions, Stack
+from gpucluster.cli.run import RunOptions, Stack
+from gpucluster.controller.runtime import Controller, Metrics, error_reason
 from gpucluster.kube.client import KubeError
 from tests.e2e.test_run import StackThread
 

@@ -9,7 +9,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controller.operands import (
+from gpucluster.api.validation import validate_gpucluster
+from gpucluster.controller.operands import (
     STATE_LABEL,
     STATES,
     ClusterFacts,
@@ -19,8 +20,7 @@ from controller.operands import (
     render_dcgm_exporter,
     render_operands,
 )
-from controller.operands.common import resolve_image
-from gpucluster.api.validation import validate_gpucluster
+from gpucluster.controller.operands.common import resolve_image
 from gpucluster.errors import InputError
 from gpucluster.manifests import dump_yaml_stream
 from tests.controller.helpers import (

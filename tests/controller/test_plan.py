@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller.drift import project
-from controller.plan import (
+from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+from gpucluster.controller.drift import project
+from gpucluster.controller.plan import (
     ADMIN_ACCESS_MARK,
     FINALIZER,
     HASH_ANNOTATION,
@@ -26,8 +27,13 @@ from controller.plan import (
     plan,
     summarize,
 )
-from controller.status import DELETING, NOT_SINGLETON, OPERAND_CONFLICT, OPERANDS_NOT_READY, PREREQUISITE_NOT_MET
-from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
+from gpucluster.controller.status import (
+    DELETING,
+    NOT_SINGLETON,
+    OPERAND_CONFLICT,
+    OPERANDS_NOT_READY,
+    PREREQUISITE_NOT_MET,
+)
 from tests.controller.helpers import ENV, NAMESPACE, UID, manifest
 
 Obj = dict[str, Any]

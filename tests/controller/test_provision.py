@@ -6,10 +6,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from controller.provision import CONFLICT_REASON, REFUSED_REASON, Provisioner, collectable, plan, wanted_templates
-from controller.stranded import REASON as STRANDED_REASON
-from controller.stranded import StrandedPods, stranded_resources
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.provision import (
+    CONFLICT_REASON,
+    REFUSED_REASON,
+    Provisioner,
+    collectable,
+    plan,
+    wanted_templates,
+)
+from gpucluster.controller.stranded import REASON as STRANDED_REASON
+from gpucluster.controller.stranded import StrandedPods, stranded_resources
 from gpucluster.kube.client import KubeError
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.runtime import Controller
+from gpucluster.controller.runtime import Controller
 
 
 def test_no_claim_template_is_created_while_or_after_the_gpucluster_is_deleted() -> None:

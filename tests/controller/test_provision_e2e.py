@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from controller.stranded import REASON as STRANDED_REASON
-from gpucluster.commands.run import SERVICE, Stack
+from gpucluster.cli.run import SERVICE, Stack
+from gpucluster.controller.stranded import REASON as STRANDED_REASON
 from gpucluster.translate import PROVISIONED_LABEL
 from tests.e2e.backends import backends
 from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for

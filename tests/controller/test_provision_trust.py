@@ -14,7 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from controller.provision import (
+from gpucluster.claimtemplates import bound_problems
+from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.provision import (
     CONFLICT_REASON,
     REFUSED_REASON,
     TOUCH_ANNOTATION,
@@ -24,8 +26,6 @@ from controller.provision import (
     plan,
     wanted_templates,
 )
-from gpucluster.claimtemplates import bound_problems
-from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import KubeError
 from gpucluster.policy import WEBHOOK_CONFIG
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, translate_pod_spec
@@ -409,7 +409,7 @@ async def test_a_template_labelled_ours_by_someone_else_is_never_collected() -> 
 
 
 async def test_a_pod_is_translated_again_only_when_it_or_the_mig_profiles_change(monkeypatch: Any) -> None:
-    import controller.provision as provision
+    import gpucluster.controller.provision as provision
 
     calls: list[str] = []
     real = provision.wanted_templates

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.provision import CONFLICT_REASON, REFUSED_REASON
-from gpucluster.commands.run import Stack
+from gpucluster.cli.run import Stack
+from gpucluster.controller.provision import CONFLICT_REASON, REFUSED_REASON
 from gpucluster.migrate import migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from tests.e2e.backends import KUBE

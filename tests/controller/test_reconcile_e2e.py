@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.reconcile import FINALIZER
-from controller.runtime import Controller
 from gpucluster.api.crd import gpucluster_crd
+from gpucluster.controller.reconcile import FINALIZER
+from gpucluster.controller.runtime import Controller
 from gpucluster.kube.client import Kube, KubeError
-from sandbox.server import Sandbox
-from sandbox.sim.gpunodes import cluster_nodes
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.sandbox.sim.gpunodes import cluster_nodes
 
 ENV = {
     "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpucluster.commands import render
+from gpucluster.cli import render
 from gpucluster.errors import EXIT_OK, InputError
 from tests.controller.helpers import DRIVER_REF, EXPORTER_REF, VALIDATOR_REF
 

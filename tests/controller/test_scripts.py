@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.operands.dra_driver import DRIVER_VALIDATOR_SCRIPT
-from controller.operands.dra_validator import VALIDATOR_SCRIPT
+from gpucluster.controller.operands.dra_driver import DRIVER_VALIDATOR_SCRIPT
+from gpucluster.controller.operands.dra_validator import VALIDATOR_SCRIPT
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller.reconcile import Reconciler
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.reconcile import Reconciler
 from tests.controller import test_reconcile_e2e as base
 from tests.controller.test_day2 import DS_PATH, PLUGIN, wait_ready
 from tests.controller.test_reconcile_e2e import GC_PATH, GPUCLUSTER, Env

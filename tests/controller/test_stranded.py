@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.stranded import DECLINED_REASON, DELETE_BACKOFF, DELETE_BACKOFF_MAX, StrandedPods
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.stranded import DECLINED_REASON, DELETE_BACKOFF, DELETE_BACKOFF_MAX, StrandedPods
 from tests.controller.test_provision import stranded_pod
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.operands import ClusterFacts, RenderError, render
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.controller.operands import ClusterFacts, RenderError, render
 from tests.controller.helpers import ENV, NAMESPACE, UID, cluster, container, kubelet_plugin, manifest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.status import workload_status
+from gpucluster.controller.status import workload_status
 
 LABEL = "nvidia.com/gpu.deploy.dcgm-exporter"
 

@@ -1,5 +1,5 @@
 """The two backends end-to-end tests run against: the sandbox (the Python double) and the real
-control plane (``sandbox.controlplane``: kube-apiserver, kube-controller-manager, kube-scheduler,
+control plane (``gpucluster.sandbox.controlplane``: kube-apiserver, kube-controller-manager, kube-scheduler,
 etcd built from Go modules). ``backends()`` parametrizes a test over both.
 
 Where the real control plane is not built, its cases skip with one line saying how to build it;
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucluster.commands.run import CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD, RunOptions, chart_crds
-from sandbox.controlplane import build
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane, free_port
+from gpucluster.cli.run import CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD, RunOptions, chart_crds
+from gpucluster.sandbox.controlplane import build
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane, free_port
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import helm_python as helm
 
-from gpucluster.commands.run import NVIDIADRIVER_CRD
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
-from sandbox.server import SandboxThread
-from sandbox.sim import SimulationOptions
+from gpucluster.cli.run import NVIDIADRIVER_CRD
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.server import SandboxThread
+from gpucluster.sandbox.sim import SimulationOptions
 from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe, set_values
 from tests.e2e.backends import SANDBOX, kube_version, operator_images, require_kube
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpucluster.commands.run import Stack
+from gpucluster.cli.run import Stack
 from tests.e2e.backends import backends
 from tests.e2e.test_run import (
     KUBECTL,

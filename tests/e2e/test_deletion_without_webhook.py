@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller.reconcile import FINALIZER
 from gpucluster.api.crd import gpucluster_crd
+from gpucluster.controller.reconcile import FINALIZER
 from gpucluster.kube.client import Kube, KubeError
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
-from sandbox.server import Sandbox
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.webhook.configurations import webhook_configurations
 from tests.e2e.backends import SANDBOX, backends, kube_version, require_kube
-from webhook.configurations import webhook_configurations
 
 GC_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
 UNREACHABLE = "https://127.0.0.1:1/"  # nothing listens on port 1

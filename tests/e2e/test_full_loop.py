@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.commands.run import Stack
+from gpucluster.cli.run import Stack
 from tests.e2e.backends import backends
 from tests.e2e.test_run import GPUCLUSTER, KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.controlplane.build import VERSIONS
+from gpucluster.sandbox.controlplane.build import VERSIONS
 from tests.chart.helm import DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe
 from tests.e2e.backends import KUBE, image_facts
 from tests.e2e.chart_install import KUBECTL, NAMESPACE, RELEASE, Cluster, wait_for

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from controller.operands.dra_driver import GPU_DEVICE_CLASSES
-from gpucluster.commands.run import RunOptions, Stack, chart_env
+from gpucluster.cli.run import RunOptions, Stack, chart_env
+from gpucluster.controller.operands.dra_driver import GPU_DEVICE_CLASSES
 from tests.e2e.backends import SANDBOX, backends, kube_run_options, start_kube
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.commands import run as command
-from gpucluster.commands.run import RunOptions
+from gpucluster.cli import run as command
+from gpucluster.cli.run import RunOptions
 from gpucluster.errors import InputError
 from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import argparse, sys
-from gpucluster.commands import run
+from gpucluster.cli import run
 parser = argparse.ArgumentParser(prog="gpucluster")
 run.register(parser.add_subparsers(dest="command"))
 args = parser.parse_args(sys.argv[1:])

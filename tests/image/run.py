@@ -1,6 +1,6 @@
 """Run a command from the operator image the way the chart mounts it, without a cluster: the
-process kubelet's launcher (``sandbox.sim.container``) with volumes laid out as the kubelet lays
-them out (``sandbox.sim.imagespec`` owners and modes). Shared by the image tests and ``make bench``.
+process kubelet's launcher (``gpucluster.sandbox.sim.container``) with volumes laid out as the kubelet lays
+them out (``gpucluster.sandbox.sim.imagespec`` owners and modes). Shared by the image tests and ``make bench``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from certs import authority
-from sandbox.sim import container, imagespec
-from sandbox.sim.images import Image
+from gpucluster.certs import authority
+from gpucluster.sandbox.sim import container, imagespec
+from gpucluster.sandbox.sim.images import Image
 
 UID = 65532
 # The operator Deployment's pod and container security contexts (charts/gpucluster/templates:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.sim import imagespec
-from sandbox.sim.images import Image, ImageStore, Manifest, manifests
+from gpucluster.sandbox.sim import imagespec
+from gpucluster.sandbox.sim.images import Image, ImageStore, Manifest, manifests
 from tests.image import run
 from tests.image.run import UID
 from tools import image as build
@@ -189,7 +189,7 @@ def test_webhook_from_the_image_serves_from_mounted_certificates(image: Image, t
     """The chart's webhook container: its certificates from a 0440 Secret volume, in-cluster
     configuration from the projected token, a read-only root; it answers /readyz (after its
     reflectors synced against the API server) within the issue's 2 s, cold start included."""
-    from sandbox.server import SandboxThread
+    from gpucluster.sandbox.server import SandboxThread
 
     sandbox = SandboxThread()
     sb = sandbox.start()

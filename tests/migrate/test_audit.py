@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from gpucluster.audit import Finding, audit, requested_gpus
-from gpucluster.commands import audit as command
+from gpucluster.cli import audit as command
 from gpucluster.policy import Settings
+from gpucluster.webhook.audit import decider
 from tests.migrate.conftest import Main
-from webhook.audit import decider
 
 Obj = dict[str, Any]
 

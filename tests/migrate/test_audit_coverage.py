@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from gpucluster.audit import WORKLOAD_KINDS, audit, is_custom_workload
-from gpucluster.commands import audit as command
+from gpucluster.cli import audit as command
 from gpucluster.migrate import migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG, Settings
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.server import SandboxThread
+from gpucluster.webhook.audit import decider
 from tests.migrate import test_ecosystem
 from tests.migrate.conftest import INPUT, Main
-from webhook.audit import decider
 
 Obj = dict[str, Any]
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

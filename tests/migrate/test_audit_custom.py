@@ -9,10 +9,10 @@ from typing import Any
 import yaml
 
 from gpucluster.audit import audit, custom_pod_templates
-from gpucluster.commands import audit as command
+from gpucluster.cli import audit as command
 from gpucluster.kube.client import KubeError
 from gpucluster.policy import Settings
-from webhook.audit import decider
+from gpucluster.webhook.audit import decider
 
 RAY_CLUSTER = yaml.safe_load("""\
 apiVersion: ray.io/v1

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucluster.commands.audit import list_all
+from gpucluster.cli.audit import list_all
 from gpucluster.kube.client import Kube
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.server import SandboxThread
 from tests.migrate.conftest import Main
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

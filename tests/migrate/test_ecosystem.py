@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from controller.provision import wanted_templates
+from gpucluster.controller.provision import wanted_templates
 from gpucluster.migrate import MigrateResult, migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from gpucluster.translate import TRANSLATED_LABEL

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.controlplane.build import BuildError, cache_root, go_command, go_version
+from gpucluster.sandbox.controlplane.build import BuildError, cache_root, go_command, go_version
 
 SOURCE = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpucluster.commands.match import _each_row, _programs
+from gpucluster.cli.match import _each_row, _programs
 from gpucluster.dra.model import SUPPORTED_VERSIONS
 from gpucluster.errors import InputError
 from tests.oracle.cel_generate import generate

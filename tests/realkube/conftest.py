@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.server import SandboxThread
 from tests.e2e.backends import kube_version, require_kube
 from tests.realkube.api import Api
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.controlplane import build
+from gpucluster.sandbox.controlplane import build
 from tests.e2e.backends import kube_version, require_kube
 
 GPUCLUSTER = str(Path(sys.executable).with_name("gpucluster"))

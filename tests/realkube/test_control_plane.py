@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-from sandbox.controlplane import pki
-from sandbox.controlplane.build import resolve_version
-from sandbox.controlplane.cluster import ControlPlane
+from gpucluster.sandbox.controlplane import pki
+from gpucluster.sandbox.controlplane.build import resolve_version
+from gpucluster.sandbox.controlplane.cluster import ControlPlane
 from tests.e2e.backends import kube_version
 from tests.realkube.api import Api
 
@@ -71,7 +71,7 @@ def test_pods_run_on_the_simulated_nodes_and_stop(kube: ControlPlane) -> None:
 
 
 def test_stop_ends_every_process_and_removes_its_directory() -> None:
-    from sandbox.controlplane.cluster import ClusterOptions
+    from gpucluster.sandbox.controlplane.cluster import ClusterOptions
 
     plane = ControlPlane(ClusterOptions(version=kube_version(), nodes=1, gpus_per_node=1)).up()
     pids = [c.process.pid for c in plane.components if c.process is not None]

@@ -43,10 +43,10 @@ from typing import Any
 
 import pytest
 
-from controller.operands import ClusterFacts, render
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.validation import validate_gpucluster
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.controller.operands import ClusterFacts, render
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from tests.e2e.backends import require_kube
 from tests.realkube.api import Api
 from tests.realkube.conftest import kube_client

@@ -28,13 +28,13 @@ from typing import Any
 
 import pytest
 
-from controller.operands import IMAGE_ENV_NAMES, ClusterFacts, render
-from controller.plan import with_hash
 from gpucluster.api import gpucluster as gc
 from gpucluster.api.validation import validate_gpucluster
+from gpucluster.controller.operands import IMAGE_ENV_NAMES, ClusterFacts, render
+from gpucluster.controller.plan import with_hash
 from gpucluster.kube.paths import collection_path, object_path
-from sandbox.controlplane.build import resolve_version
-from sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.controlplane.build import resolve_version
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
 from tests.chart import helm
 from tests.chart.test_objects_valid import COMBINATIONS, IDS
 from tests.e2e.backends import require_kube

@@ -25,9 +25,9 @@ from typing import Any
 import helm_python as helm_sdk
 import pytest
 
-from gpucluster.commands.run import CLUSTERPOLICY_CRD
+from gpucluster.cli.run import CLUSTERPOLICY_CRD
 from gpucluster.kube.paths import plural
-from sandbox.controlplane.cluster import ControlPlane
+from gpucluster.sandbox.controlplane.cluster import ControlPlane
 from tests.chart import helm
 from tests.chart.helm import CHART_DIR, DOCS_OPERATOR_MANAGED, DOCS_PREINSTALLED, Recipe, set_values
 from tests.chart.rights import (

@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from certs.authority import new_ca, new_serving_cert
+from gpucluster.certs.authority import new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.clientauth import DEFAULT_ALLOWED_NAMES, load_ca_bundle, protect
+from gpucluster.webhook.server import build_app, serve
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.realkube.api import Api
 from tests.webhook.pods import container, pod
-from webhook.clientauth import DEFAULT_ALLOWED_NAMES, load_ca_bundle, protect
-from webhook.server import build_app, serve
-from webhook.tls import ReloadingTLS
 
 
 class Webhook:
-    """``webhook.server.serve`` with client authentication, on its own event loop in a thread."""
+    """``gpucluster.webhook.server.serve`` with client authentication, on its own event loop in a thread."""
 
     def __init__(self, tmp: Path, client_ca: Path, allowed: tuple[str, ...]) -> None:
         self.ca = new_ca()

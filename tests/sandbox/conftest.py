@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.resources import ResourceType
-from sandbox.server import Sandbox, SandboxThread
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.resources import ResourceType
+from gpucluster.sandbox.server import Sandbox, SandboxThread
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "charts" / "gpucluster" / "crds" / "nvidia.com_gpuclusters.yaml"
@@ -68,7 +68,7 @@ async def process_sandbox(tmp_path: Path, backoff: tuple[float, float] = (0.2, 1
     ServiceAccount controller)."""
     import sys
 
-    from sandbox.sim import SimulationOptions
+    from gpucluster.sandbox.sim import SimulationOptions
 
     options = SimulationOptions(
         nodes=1,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gpucluster.kube.client import Kube, KubeError
-from sandbox.apiserver.apply import DefinitionTypes
-from sandbox.server import Sandbox
+from gpucluster.sandbox.apiserver.apply import DefinitionTypes
+from gpucluster.sandbox.server import Sandbox
 
 PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 

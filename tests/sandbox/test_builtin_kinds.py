@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.server import SandboxThread
 from tests.sandbox.conftest import KUBECTL
 from tests.sandbox.test_kubectl import kubectl
 

@@ -16,7 +16,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.informer import SharedInformer
 
-from sandbox.server import Sandbox, SandboxThread
+from gpucluster.sandbox.server import Sandbox, SandboxThread
 
 Obj = dict[str, Any]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.commands import sandbox as command
+from gpucluster.cli import sandbox as command
 from gpucluster.errors import InputError
 from tests.sandbox.conftest import KUBECTL, REPO
 
 SCRIPT = """
 import argparse, sys
-from gpucluster.commands import sandbox
+from gpucluster.cli import sandbox
 parser = argparse.ArgumentParser(prog="gpucluster")
 sandbox.register(parser.add_subparsers(dest="command"))
 args = parser.parse_args(sys.argv[1:])

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from certs import authority
-from sandbox.apiserver.core import Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.webhooks import service_endpoint
-from sandbox.server import Sandbox
+from gpucluster.certs import authority
+from gpucluster.sandbox.apiserver.core import Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.webhooks import service_endpoint
+from gpucluster.sandbox.server import Sandbox
 from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 from tests.sandbox.test_process_kubelet import eventually
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.sim import container, images, imagespec
-from sandbox.sim.images import ImageError, apply_layer, normalize
+from gpucluster.sandbox.sim import container, images, imagespec
+from gpucluster.sandbox.sim.images import ImageError, apply_layer, normalize
 
 
 @pytest.mark.parametrize(

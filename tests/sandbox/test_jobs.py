@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.apiserver.core import Context
-from sandbox.server import Sandbox
+from gpucluster.sandbox.apiserver.core import Context
+from gpucluster.sandbox.server import Sandbox
 from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 from tests.sandbox.test_process_kubelet import eventually
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.server import SandboxThread
 from tests.sandbox.conftest import CRD_FILE, KUBECTL
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
@@ -176,7 +176,7 @@ def test_gpucluster_crd_status_column(threaded: SandboxThread) -> None:
 
 
 def test_nodes_and_dry_run(threaded: SandboxThread) -> None:
-    from sandbox.sim.gpunodes import node_object
+    from gpucluster.sandbox.sim.gpunodes import node_object
 
     kubectl(threaded, "create", "-f", "-", stdin=json.dumps(node_object("gpu-node-0", "H100", 8)))
     rows = [line.split() for line in kubectl(threaded, "get", "nodes").stdout.splitlines()]

@@ -3,8 +3,8 @@ re-sorting and skipping everything before it (quadratic at 10,000 nodes)."""
 
 from __future__ import annotations
 
-from sandbox.apiserver.core import ApiCore, Context
-from sandbox.apiserver.store import Store
+from gpucluster.sandbox.apiserver.core import ApiCore, Context
+from gpucluster.sandbox.apiserver.store import Store
 from tests.sandbox.conftest import rt
 
 CTX = Context(field_manager="test")

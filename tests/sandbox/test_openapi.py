@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.apiserver import openapi_proto, protobuf, schemas
-from sandbox.server import SandboxThread
+from gpucluster.sandbox.apiserver import openapi_proto, protobuf, schemas
+from gpucluster.sandbox.server import SandboxThread
 from tests.sandbox.conftest import CRD_FILE, KUBECTL
 from tests.sandbox.test_kubectl import kubectl
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sandbox.apiserver.apply import BuiltinTypes, flatten, from_fields_v1, to_fields_v1
-from sandbox.apiserver.patch import merge_patch, strategic_merge
+from gpucluster.sandbox.apiserver.apply import BuiltinTypes, flatten, from_fields_v1, to_fields_v1
+from gpucluster.sandbox.apiserver.patch import merge_patch, strategic_merge
 
 
 def test_merge_patch_null_deletes_and_lists_replace() -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sandbox.apiserver.core import Context
-from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
+from gpucluster.sandbox.apiserver.core import Context
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.sandbox.sim import SimulationOptions
 from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 
 PYTHON = "example.com/python:3"  # runs this interpreter: the image entrypoint is python
@@ -267,7 +267,7 @@ async def test_readiness_probe_drives_ready(sandbox: Sandbox, tmp_path: Path) ->
     slices = await eventually("a ready endpoint", endpoint)
     assert slices[0]["ports"] == [{"port": 8080, "protocol": "TCP", "name": ""}]
     assert slices[0]["endpoints"][0]["addresses"] == [status(s, "web")["podIP"]]
-    from sandbox.apiserver.webhooks import service_endpoint
+    from gpucluster.sandbox.apiserver.webhooks import service_endpoint
 
     assert service_endpoint(s.store, NS, "web", 80) == (status(s, "web")["podIP"], 8080)
 
@@ -454,7 +454,7 @@ async def test_failing_init_container(sandbox: Sandbox) -> None:
 
 
 def test_expansion_and_remapping() -> None:
-    from sandbox.sim import podenv
+    from gpucluster.sandbox.sim import podenv
 
     env = {"A": "1", "B": "x y"}
     assert podenv.expand("$(A)-$(B)-$(C)-$$(A)-$$$(A)", env) == "1-x y-$(C)-$(A)-$1"

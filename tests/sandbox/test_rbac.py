@@ -12,10 +12,10 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from sandbox.apiserver import rbac
-from sandbox.apiserver.auth import UserInfo
-from sandbox.apiserver.core import Attributes
-from sandbox.server import Sandbox, SandboxThread
+from gpucluster.sandbox.apiserver import rbac
+from gpucluster.sandbox.apiserver.auth import UserInfo
+from gpucluster.sandbox.apiserver.core import Attributes
+from gpucluster.sandbox.server import Sandbox, SandboxThread
 from tests.sandbox.test_tokens import KUBECTL, admin, kubectl, raw, token_client, token_kubeconfig
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")

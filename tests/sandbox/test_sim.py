@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from controller.operands.dra_driver import GPU_DEVICE_CLASSES
-from sandbox.apiserver.core import MERGE_PATCH, Context
-from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
-from sandbox.sim.kubelet import parse_mix, plan_nodes
-from sandbox.sim.resourceclaim import generate_name
-from sandbox.sim.scheduler import fit_error
+from gpucluster.controller.operands.dra_driver import GPU_DEVICE_CLASSES
+from gpucluster.sandbox.apiserver.core import MERGE_PATCH, Context
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.sandbox.sim import SimulationOptions
+from gpucluster.sandbox.sim.kubelet import parse_mix, plan_nodes
+from gpucluster.sandbox.sim.resourceclaim import generate_name
+from gpucluster.sandbox.sim.scheduler import fit_error
 from tests.sandbox.conftest import rt
 
 Obj = dict[str, Any]

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from controller.operands.dra_driver import GPU_DEVICE_CLASSES
-from sandbox.apiserver.core import MERGE_PATCH, Context
-from sandbox.apiserver.store import Event
-from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
-from sandbox.sim.workloads import compute_hash
+from gpucluster.controller.operands.dra_driver import GPU_DEVICE_CLASSES
+from gpucluster.sandbox.apiserver.core import MERGE_PATCH, Context
+from gpucluster.sandbox.apiserver.store import Event
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.sandbox.sim import SimulationOptions
+from gpucluster.sandbox.sim.workloads import compute_hash
 from tests.sandbox.conftest import KUBECTL, rt
 
 Obj = dict[str, Any]
@@ -480,7 +480,7 @@ async def test_deployment_replicaset_pods(cluster: Sandbox) -> None:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if not Path(KUBECTL).exists():
         pytest.skip("kubectl not installed")
-    from gpucluster.commands.run import RunOptions
+    from gpucluster.cli.run import RunOptions
     from tests.e2e.test_run import StackThread
 
     kubeconfig = tmp_path_factory.mktemp("pods") / "kubeconfig"

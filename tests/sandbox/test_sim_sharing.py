@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.server import Sandbox
-from sandbox.sim import SimulationOptions
+from gpucluster.sandbox.server import Sandbox
+from gpucluster.sandbox.sim import SimulationOptions
 from tests.sandbox.test_sim_pods import CLAIMS, PODS, create, eventually
 
 Obj = dict[str, Any]

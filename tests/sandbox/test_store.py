@@ -8,12 +8,17 @@ from typing import Any
 
 import pytest
 
-from sandbox.apiserver import errors
-from sandbox.apiserver.core import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, ApiCore, Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.apiserver.gc import GarbageCollector
-from sandbox.apiserver.selectors import label_selector_from_object, matches_labels, parse_fields, parse_labels
-from sandbox.apiserver.store import Store
+from gpucluster.sandbox.apiserver import errors
+from gpucluster.sandbox.apiserver.core import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, ApiCore, Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.apiserver.gc import GarbageCollector
+from gpucluster.sandbox.apiserver.selectors import (
+    label_selector_from_object,
+    matches_labels,
+    parse_fields,
+    parse_labels,
+)
+from gpucluster.sandbox.apiserver.store import Store
 from tests.sandbox.conftest import gpucluster_crd, rt
 
 Obj = dict[str, Any]
@@ -461,7 +466,7 @@ async def test_field_validation_of_custom_resources(core: ApiCore) -> None:
 
 
 async def test_transition_rules_and_printer_columns(core: ApiCore) -> None:
-    from sandbox.apiserver.tables import table
+    from gpucluster.sandbox.apiserver.tables import table
 
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -16,8 +16,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from sandbox.apiserver.auth import Authenticator
-from sandbox.server import Sandbox, SandboxThread
+from gpucluster.sandbox.apiserver.auth import Authenticator
+from gpucluster.sandbox.server import Sandbox, SandboxThread
 from tests.sandbox.conftest import KUBECTL
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")

@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from certs.authority import new_ca, new_serving_cert
-from sandbox.apiserver.core import Context
-from sandbox.apiserver.errors import ApiError
-from sandbox.server import Sandbox
+from gpucluster.certs.authority import new_ca, new_serving_cert
+from gpucluster.sandbox.apiserver.core import Context
+from gpucluster.sandbox.apiserver.errors import ApiError
+from gpucluster.sandbox.server import Sandbox
 from tests.sandbox.conftest import rt
 
 Obj = dict[str, Any]

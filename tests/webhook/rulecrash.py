@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook import admission
+from gpucluster.webhook import admission
 
 
 def register_marker(config: pytest.Config) -> None:

@@ -10,10 +10,10 @@ import jsonpatch
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.admission import Admission, admit
+from gpucluster.webhook.review import decode_patch
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook.admission import Admission, admit
-from webhook.review import decode_patch
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 

@@ -8,7 +8,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from certs.authority import new_ca
+from gpucluster.certs.authority import new_ca
 from tests.chart.helm import render
 
 

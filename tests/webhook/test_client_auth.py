@@ -16,14 +16,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs.authority import KeyPair, new_ca, new_serving_cert
+from gpucluster.certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.clientauth import (
+    DEFAULT_ALLOWED_NAMES,
+    ClientAuthError,
+    load_ca_bundle,
+    parse_allowed_names,
+    protect,
+)
+from gpucluster.webhook.server import build_app, serve
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, parse_allowed_names, protect
-from webhook.server import build_app, serve
-from webhook.tls import ReloadingTLS
 
 
 def client_pair(ca: KeyPair, tmp: Path, name: str, cn: str = DEFAULT_ALLOWED_NAMES[0]) -> tuple[Path, Path]:
@@ -180,7 +186,7 @@ def test_unusable_bundles_are_refused(tmp_path: Path) -> None:
 def test_webhook_flags_for_client_auth_and_connections_are_checked(tmp_path: Path) -> None:
     import argparse
 
-    from gpucluster.commands import webhook as command
+    from gpucluster.cli import webhook as command
     from gpucluster.errors import InputError
 
     def run(*argv: str) -> None:

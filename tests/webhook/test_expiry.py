@@ -7,12 +7,12 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from certs.authority import new_ca
-from controller.status import desired_status
+from gpucluster.certs.authority import new_ca
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.status import desired_status
 from gpucluster.kube.client import KubeError
+from gpucluster.webhook.expiry import CONDITION, EXPIRING, INVALID, ExpiryReporter, desired_conditions
 from tests.webhook.test_tls_reload import Clock, pair, tls_for
-from webhook.expiry import CONDITION, EXPIRING, INVALID, ExpiryReporter, desired_conditions
 
 NOW = "2026-01-01T00:00:00Z"
 

@@ -15,11 +15,11 @@ import pytest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.dra.worker import AllocatorWorker
+from gpucluster.webhook import feasibility
+from gpucluster.webhook.feasibility import MAX_DEFAULT_PROCESSES, FeasibilityPool, lane_size, quota_cpus
 from tests.webhook.reviews import review
 from tests.webhook.test_offload import claim, cluster
 from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
-from webhook import feasibility
-from webhook.feasibility import MAX_DEFAULT_PROCESSES, FeasibilityPool, lane_size, quota_cpus
 
 
 def test_a_quota_limits_the_lane_below_the_affinity_mask() -> None:

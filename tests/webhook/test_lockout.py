@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from certs.authority import new_ca, new_serving_cert
+from gpucluster.certs.authority import new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.clientauth import DEFAULT_ALLOWED_NAMES, protect
+from gpucluster.webhook.connections import ConnectionTable, Slot, victim
+from gpucluster.webhook.server import METRICS_KEY, ServerLimits, build_app, serve
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.webhook.reviews import clusterpolicy, gpucluster, review
 from tests.webhook.test_client_auth import client_pair
 from tests.webhook.test_server_hardening import closed_by_server, head, write_pair
-from webhook.clientauth import DEFAULT_ALLOWED_NAMES, protect
-from webhook.connections import ConnectionTable, Slot, victim
-from webhook.server import METRICS_KEY, ServerLimits, build_app, serve
-from webhook.tls import ReloadingTLS
 
 BODY = json.dumps(review(gpucluster())).encode()
 IDLE = 1100

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from controller.explain import Explainer
 from gpucluster.clusterstate import ClusterState
+from gpucluster.controller.explain import Explainer
 from gpucluster.dra import worker
 from gpucluster.dra.worker import AllocatorWorker
 from gpucluster.policy import Settings
-from sandbox.sim import gpunodes as simulate
+from gpucluster.sandbox.sim import gpunodes as simulate
+from gpucluster.webhook import feasibility
+from gpucluster.webhook.server import INFLIGHT_KEY
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
-from webhook import feasibility
-from webhook.server import INFLIGHT_KEY
 
 GPU_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
              "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}  # fmt: skip

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.admission import admit
+from gpucluster.webhook.review import ReviewDecodeError, decode_patch
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook.admission import admit
-from webhook.review import ReviewDecodeError, decode_patch
 
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
 CLUSTER = ClusterState.from_objects([])

@@ -15,12 +15,12 @@ import pytest
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, template_name_matches
+from gpucluster.webhook.admission import HOOKS, admit
+from gpucluster.webhook.configurations import webhook_configurations
+from gpucluster.webhook.review import MAX_WARNING_LENGTH, ReviewDecodeError, decode_review, short_warning
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_rules_pods import gpu_left, mutate, patched
-from webhook.admission import HOOKS, admit
-from webhook.configurations import webhook_configurations
-from webhook.review import MAX_WARNING_LENGTH, ReviewDecodeError, decode_review, short_warning
 
 
 def test_translated_pod_records_what_the_controller_provisions() -> None:

@@ -8,8 +8,7 @@ import json
 import jsonpatch
 import pytest
 
-from tests.webhook.reviews import gpucluster, review
-from webhook.review import (
+from gpucluster.webhook.review import (
     MAX_WARNING_LENGTH,
     ReviewDecodeError,
     Verdict,
@@ -18,6 +17,7 @@ from webhook.review import (
     decode_review,
     short_warning,
 )
+from tests.webhook.reviews import gpucluster, review
 
 
 def test_decodes_a_real_review_shape() -> None:

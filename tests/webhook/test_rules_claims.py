@@ -9,9 +9,9 @@ import pytest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.admission import Admission, admit
 from tests.fixtures import load_fixture
 from tests.webhook.reviews import review
-from webhook.admission import Admission, admit
 
 GPU_CLASS = {
     "apiVersion": "resource.k8s.io/v1",

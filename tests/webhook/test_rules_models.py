@@ -10,9 +10,9 @@ import pytest
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.admission import Admission, admit
+from gpucluster.webhook.review import decode_patch
 from tests.webhook.reviews import clusterpolicy, gpucluster, nvidiadriver, review
-from webhook.admission import Admission, admit
-from webhook.review import decode_patch
 
 
 def run(body: dict[str, Any], *objects: dict[str, Any], path: str = "validate") -> Admission:
@@ -144,7 +144,7 @@ def test_kinds_without_rules_are_allowed_untouched() -> None:
 
 @pytest.mark.rule_crash
 def test_a_failing_rule_is_answered_per_failure_policy(monkeypatch: Any) -> None:
-    import webhook.admission as admission
+    import gpucluster.webhook.admission as admission
 
     def boom(*_: Any) -> Any:
         raise RuntimeError("bug")

@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from certs.authority import KeyPair, new_ca, new_serving_cert
+from gpucluster.certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.server import INFLIGHT_KEY, MAX_BODY_BYTES, build_app, serve
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.webhook.reviews import clusterpolicy, gpucluster, review
-from webhook.server import INFLIGHT_KEY, MAX_BODY_BYTES, build_app, serve
-from webhook.tls import ReloadingTLS
 
 
 def write_pair(directory: Path, pair: KeyPair) -> None:

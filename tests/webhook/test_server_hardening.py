@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from certs.authority import KeyPair, new_ca, new_serving_cert
+from gpucluster.certs.authority import KeyPair, new_ca, new_serving_cert
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
+from gpucluster.webhook.server import METRICS_KEY, ServerLimits, build_app, serve
+from gpucluster.webhook.tls import ReloadingTLS
 from tests.webhook.reviews import clusterpolicy, gpucluster, review
-from webhook.server import METRICS_KEY, ServerLimits, build_app, serve
-from webhook.tls import ReloadingTLS
 
 FAST = ServerLimits(
     read_header_timeout=0.6, read_body_timeout=0.6, idle_timeout=1.2, max_connections=200, first_byte_timeout=0.6

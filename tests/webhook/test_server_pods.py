@@ -12,11 +12,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL
+from gpucluster.webhook import server
+from gpucluster.webhook.review import decode_patch
+from gpucluster.webhook.server import build_app
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook import server
-from webhook.review import decode_patch
-from webhook.server import build_app
 
 
 async def _post(body: dict[str, Any]) -> dict[str, Any]:

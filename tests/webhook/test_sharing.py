@@ -12,12 +12,12 @@ from gpucluster.audit import audit
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import SharedGPU, sharing_resource, translate_pod_spec
+from gpucluster.webhook.admission import admit
+from gpucluster.webhook.audit import decider
+from gpucluster.webhook.review import MAX_WARNING_LENGTH, decode_patch
 from tests.migrate.test_audit import deployment_with_pods, namespace
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
-from webhook.admission import admit
-from webhook.audit import decider
-from webhook.review import MAX_WARNING_LENGTH, decode_patch
 
 HAMI = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 

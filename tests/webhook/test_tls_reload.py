@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from certs.authority import KeyPair, new_ca, new_serving_cert
+from gpucluster.certs.authority import KeyPair, new_ca, new_serving_cert
+from gpucluster.webhook.tls import ReloadingTLS, parse_pair
 from tests.webhook.test_server_hardening import start, write_pair
-from webhook.tls import ReloadingTLS, parse_pair
 
 SERVICE = "gpucluster-webhook.gpu-operator.svc"
 NAMES = [SERVICE, "localhost"]

@@ -17,8 +17,8 @@ from gpucluster.clusterstate import ADMIN_ACCESS_LABEL, ClusterState
 from gpucluster.dra import gates
 from gpucluster.dra.cel import MAX_EXPRESSION_LENGTH, CelCompileError, compile_selector
 from gpucluster.policy import Settings
-from webhook.feasibility import shared_pool
-from webhook.review import AdmissionRequest, Verdict, short_warning
+from gpucluster.webhook.feasibility import shared_pool
+from gpucluster.webhook.review import AdmissionRequest, Verdict, short_warning
 
 # Claims the resourceclaim controller makes from a pod's template carry this annotation; the
 # template was checked when it was created, so they are not checked again per pod.
@@ -92,7 +92,7 @@ def _unpublished(reads: frozenset[tuple[str, ...]], published: Mapping[str, set[
 def _why_not(claim: Mapping[str, Any], cluster: ClusterState, settings: Settings) -> str | None:
     """A warning when no node can ever satisfy the claim (or the check was cut short), else None.
 
-    The allocator runs in the webhook's worker pool with a deadline (:mod:`webhook.feasibility`),
+    The allocator runs in the webhook's worker pool with a deadline (:mod:`gpucluster.webhook.feasibility`),
     with the settings' Kubernetes version and feature gates.
     """
     objects = [*cluster.list("ResourceSlice"), *cluster.list("DeviceClass"), *cluster.list("Node")]

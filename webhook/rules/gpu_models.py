@@ -7,7 +7,7 @@ from typing import Any
 from gpucluster.api.validation import validate_gpucluster
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
-from webhook.review import AdmissionRequest, Verdict
+from gpucluster.webhook.review import AdmissionRequest, Verdict
 
 _ONE_MODEL = (
     "a cluster uses one GPU management model, either the device-plugin model (ClusterPolicy) "

@@ -15,7 +15,7 @@ from gpucluster.api.validation import validate_model
 from gpucluster.api.views import NVIDIADriver
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
-from webhook.review import AdmissionRequest, Verdict
+from gpucluster.webhook.review import AdmissionRequest, Verdict
 
 _PATHS: tuple[tuple[str, ...], ...] = (("spec", "upgradePolicy"), ("spec", "driver", "upgradePolicy"))
 

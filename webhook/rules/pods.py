@@ -46,7 +46,7 @@ from gpucluster.translate import (
     templates_annotation,
     translate_pod_spec,
 )
-from webhook.review import AdmissionRequest, Verdict, encode_patch, short_warning
+from gpucluster.webhook.review import AdmissionRequest, Verdict, encode_patch, short_warning
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

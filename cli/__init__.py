@@ -1,4 +1,6 @@
-"""The ``gpucluster`` command.
+"""The ``gpucluster`` command: the top layer, which wires the shells (webhook, controller, certs,
+sandbox) to the core. Each command is a module of this package exposing ``register(subparsers)``,
+which adds its parser and sets ``func`` to a ``run(args) -> int`` returning the exit code.
 
 Exit codes: 0 success, 1 a negative answer (unsatisfiable, legacy requests found, admission
 denied), 2 bad input or usage, with a one-line error on stderr. Never a traceback for bad input.
@@ -15,11 +17,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from gpucluster import __version__
 from gpucluster.errors import EXIT_USAGE, GpuclusterError
 
-# Commands of the CLI contract (README's command reference), in its order, each a module of gpucluster.commands,
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+# Commands of the CLI contract (README's command reference), in its order, each a module of this package,
 # with the one-line help its register() gives (so --help needs no command module).
 COMMANDS: dict[str, str] = {
     "webhook": "serve the validating and mutating admission webhook over HTTPS",
@@ -70,7 +75,7 @@ def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
         if load is None or name in load:
-            importlib.import_module(f"gpucluster.commands.{name}").register(subparsers)
+            importlib.import_module(f"gpucluster.cli.{name}").register(subparsers)
         else:
             subparsers.add_parser(name, help=help_text)
     return parser
@@ -91,7 +96,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_USAGE
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

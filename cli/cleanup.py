@@ -26,8 +26,8 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gpucluster.cli import Subparsers, options
 from gpucluster.clusterstate import metadata
-from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 
 GPUCLUSTERS = "/apis/nvidia.com/v1alpha1/gpuclusters"
@@ -74,13 +74,13 @@ def register(subparsers: Subparsers) -> None:
 
 def workload_holders(claims: Sequence[Mapping[str, Any]], operand_pods: set[str], namespace: str) -> list[Any]:
     """The (pod, claim) reservations of NVIDIA-driver claims that are not the operands' own."""
-    from controller.holders import claim_holders
+    from gpucluster.controller.holders import claim_holders
 
     return [h for h in claim_holders(claims) if not (h.namespace == namespace and h.pod in operand_pods)]
 
 
 def refusal(holders: list[Any], args: argparse.Namespace) -> str:
-    from controller.holders import describe, pod_count
+    from gpucluster.controller.holders import describe, pod_count
 
     release = args.release or "<release>"
     namespace = f"--namespace {args.namespace}"
@@ -194,7 +194,7 @@ async def _drain(kube: Any, clusters: list[dict[str, Any]], args: argparse.Names
 
 async def _lease(args: argparse.Namespace) -> int:
     """After the uninstall: the operator's Lease, once its pods are gone (they could renew it)."""
-    from controller.leader import LEASE_NAME
+    from gpucluster.controller.leader import LEASE_NAME
     from gpucluster.kube.client import Kube, KubeError
 
     kube = await Kube.connect(args.kubeconfig)

@@ -7,7 +7,7 @@ import json
 import sys
 
 from gpucluster.api.validation import validate_gpucluster
-from gpucluster.commands import Subparsers
+from gpucluster.cli import Subparsers
 from gpucluster.errors import EXIT_OK, EXIT_USAGE
 from gpucluster.manifests import dump_yaml_stream, load_objects
 

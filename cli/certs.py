@@ -2,7 +2,7 @@
 
 - ``generate`` writes a new CA and a serving certificate for a Service into a directory
   (``ca.crt``, ``tls.crt``, ``tls.key``; the key 0600), for installs that bring their own Secret.
-- ``rotate`` runs the certificate state machine (:mod:`certs.rotation`) against a live cluster:
+- ``rotate`` runs the certificate state machine (:mod:`gpucluster.certs.rotation`) against a live cluster:
   one pass, or one every ``--interval`` seconds (the chart's sidecar). It keeps the Secret current,
   injects the CA bundle into our webhook configurations and, with ``--cert-dir``, writes the
   serving files the webhook reloads.
@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from certs import files, inject, rotation
-from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
-from gpucluster.commands import Subparsers, options
+from gpucluster.certs import files, inject, rotation
+from gpucluster.certs.authority import new_ca, new_serving_cert, service_dns_names
+from gpucluster.cli import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, GpuclusterError, InputError
 
 if TYPE_CHECKING:
-    from certs import rotator
+    from gpucluster.certs import rotator
     from gpucluster.kube.client import Kube
 
 # The Kubernetes client (and certs.rotator, which uses it) is imported only by the subcommands that
@@ -148,7 +148,7 @@ async def _connect(kubeconfig: str | None) -> Kube:
 
 
 def run_rotate(args: argparse.Namespace) -> int:
-    from certs import rotator
+    from gpucluster.certs import rotator
 
     _check_service(args)
     if len(args.secret) > 253 or not _DNS_NAME.match(args.secret):
@@ -171,7 +171,7 @@ def run_rotate(args: argparse.Namespace) -> int:
 
 
 async def _rotate(kubeconfig: str | None, options: rotator.RotateOptions, interval: float | None) -> int:
-    from certs import rotator
+    from gpucluster.certs import rotator
     from gpucluster.kube.client import KubeError
 
     kube = await _connect(kubeconfig)

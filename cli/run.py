@@ -30,8 +30,8 @@ import yaml
 
 from gpucluster import logs
 from gpucluster.chart import chart_dir, operand_images
+from gpucluster.cli import Subparsers, options
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError
 
@@ -297,10 +297,10 @@ class Stack:
     # ------------------------------------------------------------ sandbox
 
     async def _start_sandbox(self) -> None:
-        from sandbox.apiserver.core import Context
-        from sandbox.apiserver.errors import ApiError
-        from sandbox.server import Sandbox
-        from sandbox.sim import SimulationOptions
+        from gpucluster.sandbox.apiserver.core import Context
+        from gpucluster.sandbox.apiserver.errors import ApiError
+        from gpucluster.sandbox.server import Sandbox
+        from gpucluster.sandbox.sim import SimulationOptions
 
         opts = self.options
         simulate = SimulationOptions(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, mix=opts.mix)
@@ -323,7 +323,7 @@ class Stack:
     # ------------------------------------------------------------ webhook
 
     def _cert_dir(self) -> Path:
-        from gpucluster.commands.webhook import self_signed_dir
+        from gpucluster.cli.webhook import self_signed_dir
 
         if self.options.cert_dir is not None:
             cert_dir = self.options.cert_dir
@@ -334,11 +334,11 @@ class Stack:
         return self_signed_dir(SERVICE, self.options.namespace)
 
     async def _start_webhook(self) -> None:
-        from gpucluster.commands.webhook import WEBHOOK_KINDS
+        from gpucluster.cli.webhook import WEBHOOK_KINDS
         from gpucluster.kube.reflector import run_reflectors
         from gpucluster.policy import Settings, TranslationMode
-        from webhook.server import build_app, serve
-        from webhook.tls import ReloadingTLS
+        from gpucluster.webhook.server import build_app, serve
+        from gpucluster.webhook.tls import ReloadingTLS
 
         opts = self.options
         assert self.kube is not None
@@ -390,8 +390,8 @@ class Stack:
             await self._register_with_url(opts.webhook_url)
 
     async def _register_in_sandbox(self) -> None:
-        from sandbox.apiserver.core import Context
-        from webhook.configurations import webhook_configurations
+        from gpucluster.sandbox.apiserver.core import Context
+        from gpucluster.webhook.configurations import webhook_configurations
 
         sandbox = self.sandbox
         ns = self.options.namespace
@@ -416,7 +416,7 @@ class Stack:
             )
 
     async def _register_with_url(self, url: str) -> None:
-        from webhook.configurations import webhook_configurations
+        from gpucluster.webhook.configurations import webhook_configurations
 
         assert self.kube is not None
         for config in webhook_configurations(namespace=self.options.namespace, url=url, ca_bundle=self.ca_pem or None):
@@ -434,7 +434,7 @@ class Stack:
                 raise InputError(f"cannot register the webhook configurations: {exc}") from None
 
     def _require_client_certificates(self, app: Any, tls: Any) -> None:
-        from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, protect
+        from gpucluster.webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, protect
 
         auth = self.options.client_auth
         if auth is None:
@@ -456,7 +456,7 @@ class Stack:
 
     def _start_controller(self) -> None:
         try:
-            from controller.runtime import Controller
+            from gpucluster.controller.runtime import Controller
         except ImportError:  # the controller is optional for webhook-only runs
             log.warning("controller not available; running the webhook only")
             return
@@ -476,7 +476,7 @@ class Stack:
 
     def _start_provisioner(self) -> None:
         """Webhook only: still provision the claim templates translated pods refer to (the webhook creates none)."""
-        from controller.provision import Provisioner
+        from gpucluster.controller.provision import Provisioner
 
         assert self.kube is not None
         kube = self.kube
@@ -517,7 +517,7 @@ class Stack:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
-    from webhook.clientauth import parse_allowed_names
+    from gpucluster.webhook.clientauth import parse_allowed_names
 
     if args.nodes < 0:
         raise InputError(f"--nodes {args.nodes}: must not be negative")
@@ -527,7 +527,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise InputError(f"--webhook-port {args.webhook_port}: must be between 0 and 65535")
     if args.health_port is not None and not 0 <= args.health_port < 65536:
         raise InputError(f"--health-port {args.health_port}: must be between 0 and 65535")
-    from sandbox.sim.kubelet import parse_mix
+    from gpucluster.sandbox.sim.kubelet import parse_mix
 
     try:
         parse_mix(args.mix)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from gpucluster.commands import Subparsers, options
-from gpucluster.commands.cleanup import GPUCLUSTERS, NVIDIADRIVERS, against_cluster
+from gpucluster.cli import Subparsers, options
+from gpucluster.cli.cleanup import GPUCLUSTERS, NVIDIADRIVERS, against_cluster
 from gpucluster.errors import EXIT_OK, InputError
 
 KEEP = "helm.sh/resource-policy"

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from gpucluster.commands import Subparsers
+from gpucluster.cli import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError
 from gpucluster.manifests import read_text
 from gpucluster.migrate import MigrateResult, Workload, migrate_text

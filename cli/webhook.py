@@ -12,10 +12,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from certs.authority import new_ca, new_serving_cert, service_dns_names
 from gpucluster import logs
+from gpucluster.certs.authority import new_ca, new_serving_cert, service_dns_names
+from gpucluster.cli import Subparsers, options
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import Subparsers, options
 from gpucluster.dra import gates, worker
 from gpucluster.dra.model import SUPPORTED_VERSIONS, AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError
@@ -23,11 +23,17 @@ from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import run_reflectors
 from gpucluster.manifests import load_objects
 from gpucluster.policy import TRANSLATION_MODES, Settings
-from webhook import feasibility
-from webhook.clientauth import DEFAULT_ALLOWED_NAMES, ClientAuthError, load_ca_bundle, parse_allowed_names, protect
-from webhook.expiry import ExpiryReporter
-from webhook.server import ServerLimits, build_app, default_host, serve
-from webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
+from gpucluster.webhook import feasibility
+from gpucluster.webhook.clientauth import (
+    DEFAULT_ALLOWED_NAMES,
+    ClientAuthError,
+    load_ca_bundle,
+    parse_allowed_names,
+    protect,
+)
+from gpucluster.webhook.expiry import ExpiryReporter
+from gpucluster.webhook.server import ServerLimits, build_app, default_host, serve
+from gpucluster.webhook.tls import DEFAULT_EXPIRY_MARGIN, DEFAULT_POLL_INTERVAL, ReloadingTLS
 
 log = logging.getLogger("gpucluster.webhook")
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpucluster.commands import Subparsers, options
+from gpucluster.cli import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 
 # Messages kube-apiserver gives when a webhook could not be called (dispatcher errors), as

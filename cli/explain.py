@@ -2,7 +2,7 @@
 
 ``explain --claim FILE --cluster FILE`` reads files; ``explain pod/NAME``, ``explain claim/NAME``
 and ``explain -f FILE`` (no ``--cluster``) read the configured cluster through the API
-(:mod:`gpucluster.commands.explain_live`, imported only then). Either way the structured allocator
+(:mod:`gpucluster.cli.explain_live`, imported only then). Either way the structured allocator
 of kube-scheduler (:mod:`gpucluster.dra.allocator`) runs over every node. Exit 0 when the claims
 fit on some node, 1 when they do not, 2 on bad input.
 """
@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from gpucluster.commands import Subparsers, options
+from gpucluster.cli import Subparsers, options
 from gpucluster.dra import gates
 from gpucluster.dra.allocator import AllocatorInputError, explain
 from gpucluster.dra.model import SUPPORTED_VERSIONS
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         import asyncio
 
-        from gpucluster.commands import explain_live
+        from gpucluster.cli import explain_live
 
         live = asyncio.run(
             explain_live.read(

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucluster import logs
-from gpucluster.commands import Subparsers, options
+from gpucluster.cli import Subparsers, options
 from gpucluster.errors import EXIT_OK, InputError
 
 if TYPE_CHECKING:
-    from sandbox.sim import SimulationOptions
+    from gpucluster.sandbox.sim import SimulationOptions
 
 
 def register(subparsers: Subparsers) -> None:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be between 0 and 64")
     if not 0 <= args.port < 65536:
         raise InputError(f"--port {args.port}: must be between 0 and 65535")
-    from sandbox.sim.kubelet import parse_mix
+    from gpucluster.sandbox.sim.kubelet import parse_mix
 
     mix = args.mix or args.model
     try:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(f"--{'mix' if args.mix else 'model'} {mix}: {exc}") from None
     if args.image_archive:
-        from sandbox.sim.images import ImageError, ImageStore
+        from gpucluster.sandbox.sim.images import ImageError, ImageStore
 
         try:
             ImageStore([Path(a) for a in args.image_archive])  # unpacked now, so the nodes start at once
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def simulation_options(args: argparse.Namespace, mix: str) -> SimulationOptions | None:
-    from sandbox.sim import SimulationOptions
+    from gpucluster.sandbox.sim import SimulationOptions
 
     off = bool(args.no_simulation)
     return SimulationOptions(
@@ -120,7 +120,7 @@ def simulation_options(args: argparse.Namespace, mix: str) -> SimulationOptions 
 
 
 async def _serve(args: argparse.Namespace, mix: str) -> int:
-    from sandbox.server import Sandbox
+    from gpucluster.sandbox.server import Sandbox
 
     started = time.monotonic()
     kubeconfig = Path(args.kubeconfig_out).resolve()

@@ -11,9 +11,9 @@ import os
 import signal
 from typing import Any
 
-from controller.runtime import run_controller
 from gpucluster import logs
-from gpucluster.commands import Subparsers, options
+from gpucluster.cli import Subparsers, options
+from gpucluster.controller.runtime import run_controller
 from gpucluster.dra import gates
 from gpucluster.dra.model import AllocatorInputError
 from gpucluster.errors import EXIT_OK, InputError

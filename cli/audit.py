@@ -30,14 +30,14 @@ from typing import Any
 import aiohttp
 
 from gpucluster.audit import Finding, audit, dedupe
-from gpucluster.commands import Subparsers, options
+from gpucluster.cli import Subparsers, options
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.kube.client import Kube, KubeError, KubeObject
 from gpucluster.kube.paths import plural
 from gpucluster.manifests import dump_yaml
 from gpucluster.policy import TRANSLATION_MODES, Settings
-from webhook.admission import hooks
-from webhook.audit import decider
+from gpucluster.webhook.admission import hooks
+from gpucluster.webhook.audit import decider
 
 # (apiVersion, kind, required): a kind the server does not serve (404) has no objects; a list that is
 # forbidden (403) is an error for a required kind and skipped for an optional one.

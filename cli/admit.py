@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import jsonpatch
 
+from gpucluster.cli import Subparsers
 from gpucluster.clusterstate import ClusterState
-from gpucluster.commands import Subparsers
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from gpucluster.manifests import load_objects, read_text
 from gpucluster.policy import TRANSLATION_MODES, Settings
-from webhook.admission import admit_request, hooks
-from webhook.review import ReviewDecodeError, decode_patch, decode_review
+from gpucluster.webhook.admission import admit_request, hooks
+from gpucluster.webhook.review import ReviewDecodeError, decode_patch, decode_review
 
 
 def register(subparsers: Subparsers) -> None:

@@ -16,10 +16,10 @@ import os
 import re
 import sys
 
-from controller.operands import DEFAULT_NAMESPACE, ClusterFacts, render
 from gpucluster.api.validation import validate_gpucluster
 from gpucluster.chart import operand_images
-from gpucluster.commands import Subparsers
+from gpucluster.cli import Subparsers
+from gpucluster.controller.operands import DEFAULT_NAMESPACE, ClusterFacts, render
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.manifests import dump_yaml_stream, load_objects
 

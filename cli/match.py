@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from gpucluster.commands import Subparsers
+from gpucluster.cli import Subparsers
 from gpucluster.dra import gates
 from gpucluster.dra.cel import (
     MAX_EXPRESSION_LENGTH,

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpucluster.commands import Subparsers
+from gpucluster.cli import Subparsers
 from gpucluster.errors import EXIT_OK, InputError
 
 
@@ -27,7 +27,7 @@ def register(subparsers: Subparsers) -> None:
     )
     verbs = parser.add_subparsers(dest="verb", metavar="build|up")
     verbs.required = True
-    from sandbox.controlplane.build import DEFAULT_VERSION, VERSIONS
+    from gpucluster.sandbox.controlplane.build import DEFAULT_VERSION, VERSIONS
 
     versions = ", ".join(f"{minor} ({full})" for minor, full in VERSIONS.items())
     b = verbs.add_parser("build", help="build the control plane into the cache (idempotent)")
@@ -67,7 +67,7 @@ def _say(line: str) -> None:
 
 
 def build(args: argparse.Namespace) -> int:
-    from sandbox.controlplane import build as builder
+    from gpucluster.sandbox.controlplane import build as builder
 
     try:
         binaries = builder.build(args.version, say=_say)
@@ -78,9 +78,14 @@ def build(args: argparse.Namespace) -> int:
 
 
 def up(args: argparse.Namespace) -> int:
-    from sandbox.controlplane import build as builder
-    from sandbox.controlplane.cluster import ClusterOptions, ControlPlane, ControlPlaneError, run_until_signal
-    from sandbox.sim.kubelet import parse_mix
+    from gpucluster.sandbox.controlplane import build as builder
+    from gpucluster.sandbox.controlplane.cluster import (
+        ClusterOptions,
+        ControlPlane,
+        ControlPlaneError,
+        run_until_signal,
+    )
+    from gpucluster.sandbox.sim.kubelet import parse_mix
 
     if not 0 < args.nodes <= 500:
         raise InputError(f"--nodes {args.nodes}: must be between 1 and 500")
