@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -138,24 +139,37 @@ def decode_review(body: bytes | str) -> AdmissionRequest:
     )
 
 
+@dataclass(frozen=True)
+class Patch:
+    """An RFC 6902 JSON patch, the one form a mutation takes: its operations, and its wire form
+    (base64 of its JSON) made once, so every pod of one shape shares one encoding."""
+
+    ops: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def between(cls, original: dict[str, Any] | None, patched: dict[str, Any]) -> Patch:
+        """The operations turning ``original`` (None: nothing) into ``patched``."""
+        return cls(tuple(diff(original or {}, patched)))
+
+    @cached_property
+    def encoded(self) -> str:
+        return encode_patch(list(self.ops))
+
+
 @dataclass
 class Verdict:
-    """A rule's answer. ``patched`` is the whole object after mutation; the patch is derived from it."""
+    """A rule's answer; a mutation is its ``patch`` of the received object."""
 
     allowed: bool = True
     code: int = 200
     reason: str = ""
     message: str = ""
     warnings: list[str] = field(default_factory=list)
-    patched: dict[str, Any] | None = None
-    # The diff of the received object and ``patched``, when the rule already has it (cached).
-    patch: list[dict[str, Any]] | None = None
+    patch: Patch | None = None
     # Objects the admitted object refers to that the controller provisions once it exists
     # (ResourceClaimTemplates of a translated pod); the webhook itself creates nothing.
     creates: list[dict[str, Any]] = field(default_factory=list)
-    outcome: str = ""
-    # ``patch`` as the response carries it (base64 of its JSON), when the rule already has it (cached).
-    encoded_patch: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
+    outcome: str = ""  # for metrics and logs: allowed, denied, mutated, warned, skipped
 
     @classmethod
     def allow(cls, *warnings: str, outcome: str = "allowed") -> Verdict:
@@ -191,13 +205,6 @@ def short_warning(text: str, *, prefix: str = "") -> str:
     return whole[: MAX_WARNING_LENGTH - 3] + "..."
 
 
-def compute_patch(original: dict[str, Any] | None, patched: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """RFC 6902 operations turning the received object into the mutated one."""
-    if original is None or patched is None:
-        return []
-    return diff(original, patched)
-
-
 def encode_patch(ops: list[dict[str, Any]]) -> str:
     """A JSON patch as an AdmissionResponse carries it: base64 of its JSON."""
     return base64.b64encode(orjson.dumps(ops)).decode()
@@ -217,15 +224,9 @@ def build_response(request: AdmissionRequest, verdict: Verdict, *, mutating: boo
     warnings = [short_warning(w) for w in verdict.warnings if w.strip()]
     if warnings:
         response["warnings"] = list(dict.fromkeys(warnings))
-    if mutating and verdict.allowed:
-        if verdict.encoded_patch:
-            response["patchType"] = "JSONPatch"
-            response["patch"] = verdict.encoded_patch
-        else:
-            ops = verdict.patch if verdict.patch is not None else compute_patch(request.obj, verdict.patched)
-            if ops:
-                response["patchType"] = "JSONPatch"
-                response["patch"] = encode_patch(ops)
+    if mutating and verdict.allowed and verdict.patch is not None and verdict.patch.ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = verdict.patch.encoded
     return {"apiVersion": request.review_api_version, "kind": KIND, "response": response}
 
 

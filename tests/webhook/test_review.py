@@ -10,6 +10,7 @@ import pytest
 
 from gpucluster.webhook.review import (
     MAX_WARNING_LENGTH,
+    Patch,
     ReviewDecodeError,
     Verdict,
     build_response,
@@ -84,8 +85,9 @@ def test_validating_responses_never_carry_a_patch() -> None:
     obj = gpucluster()
     req = decode_review(json.dumps(review(obj)))
     patched = {**obj, "metadata": {"name": "gpu-cluster", "labels": {"a": "b"}}}
-    assert "patch" not in build_response(req, Verdict(patched=patched), mutating=False)["response"]
-    resp = build_response(req, Verdict(patched=patched), mutating=True)
+    patch = Patch.between(obj, patched)
+    assert "patch" not in build_response(req, Verdict(patch=patch), mutating=False)["response"]
+    resp = build_response(req, Verdict(patch=patch), mutating=True)
     assert resp["response"]["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(resp["response"]["patch"]))
     assert ops == decode_patch(resp)
@@ -95,9 +97,10 @@ def test_validating_responses_never_carry_a_patch() -> None:
 def test_no_patch_when_nothing_changed_or_denied() -> None:
     obj = gpucluster()
     req = decode_review(json.dumps(review(obj)))
-    assert "patch" not in build_response(req, Verdict(patched=dict(obj)), mutating=True)["response"]
+    assert "patch" not in build_response(req, Verdict(patch=Patch.between(obj, dict(obj))), mutating=True)["response"]
     denied = Verdict.deny("no")
-    denied.patched = {**obj, "spec": {"x": 1}}
+    denied.patch = Patch.between(obj, {**obj, "spec": {"x": 1}})
+    assert denied.patch.ops
     assert "patch" not in build_response(req, denied, mutating=True)["response"]
 
 

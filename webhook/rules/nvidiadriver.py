@@ -15,7 +15,7 @@ from gpucluster.api.validation import validate_model
 from gpucluster.api.views import NVIDIADriver
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
-from gpucluster.webhook.review import AdmissionRequest, Verdict
+from gpucluster.webhook.review import AdmissionRequest, Patch, Verdict
 
 _PATHS: tuple[tuple[str, ...], ...] = (("spec", "upgradePolicy"), ("spec", "driver", "upgradePolicy"))
 
@@ -69,7 +69,7 @@ def mutate_nvidiadriver_request(request: AdmissionRequest, cluster: ClusterState
     patched = copy.deepcopy(request.obj)
     patched["spec"].setdefault("upgradePolicy", {})["autoUpgrade"] = False
     return Verdict(
-        patched=patched,
+        patch=Patch.between(request.obj, patched),
         warnings=["spec.upgradePolicy.autoUpgrade set to false: auto-upgrade is not supported on DRA nodes"],
         outcome="mutated",
     )

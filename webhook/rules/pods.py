@@ -46,7 +46,7 @@ from gpucluster.translate import (
     templates_annotation,
     translate_pod_spec,
 )
-from gpucluster.webhook.review import AdmissionRequest, Verdict, encode_patch, short_warning
+from gpucluster.webhook.review import AdmissionRequest, Patch, Verdict, short_warning
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -212,20 +212,7 @@ def mirror_pod(request: AdmissionRequest, pod: Mapping[str, Any]) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """A pod rule's answer with nothing of the pod's own in it (name, uid): shared by every pod with
-    the same spec, labels, annotations and namespace while the cluster view is unchanged."""
-
-    verdict: Verdict
-    # For a mutated pod: the labels and annotations after mutation and the new spec.
-    labels: dict[str, Any] | None = None
-    annotations: dict[str, Any] | None = None
-    spec: dict[str, Any] | None = None
-    encoded_patch: str = field(default="", repr=False)
-
-
-def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], _Answer]:
+def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Verdict]:
     """Whole answers of the pod rule, kept on the cluster view until it changes.
 
     The pods of a workload share one spec, labels and annotations and differ in their name (and
@@ -263,35 +250,15 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
         return _mutate_pod(request, cluster, settings)
     entries = _answers(cluster)
     try:
-        answer = entries.get(key)
+        shared = entries.get(key)
     except TypeError:  # settings that cannot be hashed: no caching, same answer
         return _mutate_pod(request, cluster, settings)
-    if answer is None:
+    if shared is None:
         verdict = _mutate_pod(request, cluster, settings, spec_key=key[0])
-        answer = _shareable(verdict)
-        entries.put(key, answer)
+        entries.put(key, replace(verdict, warnings=list(verdict.warnings), creates=list(verdict.creates)))
         return verdict
-    shared = answer.verdict
-    verdict = Verdict(
-        allowed=shared.allowed, code=shared.code, reason=shared.reason, message=shared.message,
-        warnings=list(shared.warnings), patch=shared.patch, creates=list(shared.creates), outcome=shared.outcome,
-    )  # fmt: skip
-    if answer.spec is not None:
-        new_meta = {**meta, "labels": answer.labels, "annotations": answer.annotations}
-        verdict.patched = {**pod, "metadata": new_meta, "spec": answer.spec}
-        verdict.encoded_patch = answer.encoded_patch
-    return verdict
-
-
-def _shareable(verdict: Verdict) -> _Answer:
-    """What of ``verdict`` every pod of the same shape shares (the patched pod is rebuilt per pod)."""
-    shared = replace(verdict, patched=None, warnings=list(verdict.warnings), creates=list(verdict.creates))
-    if verdict.patched is None:
-        return _Answer(shared)
-    meta = verdict.patched["metadata"]
-    encoded = encode_patch(verdict.patch) if verdict.patch else ""
-    verdict.encoded_patch = encoded
-    return _Answer(shared, meta.get("labels"), meta.get("annotations"), verdict.patched["spec"], encoded)
+    # The patch (and its encoding) is shared as it is: nothing in it is the pod's own.
+    return replace(shared, warnings=list(shared.warnings), creates=list(shared.creates))
 
 
 def _mutate_pod(
@@ -371,12 +338,11 @@ def _mutate_pod(
         "labels": {**(labels or {}), TRANSLATED_LABEL: "true"},
         "annotations": {**(annotations or {}), **translation.annotations, TEMPLATES_ANNOTATION: record},
     }
-    patched = {**pod, "metadata": new_meta, "spec": spec}
     # The metadata diffed as a member of the pod, so a pod without metadata gets it added whole.
     ops = diff({"metadata": pod["metadata"]} if "metadata" in pod else {}, {"metadata": new_meta}) + spec_ops
     # creates: what the controller provisions once the pod exists (admit_request empties it for a
     # dryRun review: that pod never exists).
-    return Verdict(patched=patched, patch=ops, creates=templates, warnings=warnings, outcome="mutated")
+    return Verdict(patch=Patch(tuple(ops)), creates=templates, warnings=warnings, outcome="mutated")
 
 
 # ----------------------------------------------------------------------------- bounds and names
