@@ -62,7 +62,7 @@ image-if-possible:
 	else echo "make test: buildah not found and not root: the chart's pods run from the venv (CI=true fails that); install buildah and mmdebstrap"; fi
 
 bench:
-	$(BIN)/python -m tests.bench $(SUITES)
+	$(BIN)/python -m bench $(SUITES)
 
 run:
 	$(BIN)/gpucluster run
@@ -71,7 +71,7 @@ run:
 # and keep it running: RECIPE=pre-installed|operator-managed.
 RECIPE ?= pre-installed
 try-chart:
-	$(BIN)/python -m tests.e2e.chart_install --recipe $(RECIPE) --kubeconfig-out sandbox.kubeconfig
+	$(BIN)/python -m tools.try_chart --recipe $(RECIPE) --kubeconfig-out sandbox.kubeconfig
 
 # Build Kubernetes' own control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler) from Go modules into ~/.cache/gpucluster/kube/<version>/: KUBE_VERSIONS=1.34 1.37.

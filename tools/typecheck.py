@@ -18,6 +18,9 @@ from tools.namespace import ROOT, namespace
 
 TREE = ROOT / "build" / "typecheck"
 EXTRA = ("tools",)  # checked too, under their own names
+# Laid out for the tools that import them (make try-chart drives the end-to-end harness) and read
+# silently: their types are used, their own findings are not reported (pyproject's overrides).
+FOLLOWED = ("tests",)
 SUFFIXES = (".py", ".pyi", ".typed")
 
 
@@ -26,7 +29,7 @@ def lay_out(tree: Path = TREE) -> dict[str, str]:
     checkout path)."""
     shutil.rmtree(tree, ignore_errors=True)
     places = {name.replace(".", "/"): folder for name, folder in namespace().items()}
-    places.update({folder: folder for folder in EXTRA})
+    places.update({folder: folder for folder in (*EXTRA, *FOLLOWED)})
     mapped = set(places.values())
     for place, folder in places.items():
         source = ROOT / folder

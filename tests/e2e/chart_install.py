@@ -2,18 +2,15 @@
 chart, the operator runs as its own pods (processes of the installed ``gpucluster``) under its
 ServiceAccount with RBAC enforced, and kubectl looks at the result.
 
-Used by the end-to-end test (tests/e2e/test_helm_install.py) and by ``make try-chart``
-(``python -m tests.e2e.chart_install``), which leaves the installed sandbox running.
+Used by the end-to-end tests (tests/e2e/test_helm_*.py) and by ``make try-chart``
+(``python -m tools.try_chart``), which leaves the installed sandbox running.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -153,47 +150,3 @@ class Cluster:
     def operator_pods(self) -> list[dict[str, Any]]:
         pods = self.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator")["items"]
         return list(pods)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    cluster = Cluster(nodes=args.nodes, kubeconfig=Path(args.kubeconfig_out).resolve())
-    recipe = RECIPES[args.recipe]
-    try:
-        cluster.prepare(recipe)
-        started = time.monotonic()
-        cluster.install(recipe, wait="watcher")
-        print(f"helm install ({recipe.name}) done in {time.monotonic() - started:.0f}s; waiting for the GPUCluster")
-        cluster.wait_ready()
-        print(f"GPUCluster ready {time.monotonic() - started:.0f}s after the install started")
-        print(f"export KUBECONFIG={cluster.kubeconfig}")
-        print(
-            f"kubectl get gpucluster; kubectl get pods -n {NAMESPACE}; kubectl logs -n {NAMESPACE} deploy/{RELEASE}-gpucluster -c controller"
-        )
-        print("Ctrl-C to stop")
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        cluster.close()
-        # It names a sandbox that no longer runs: leave nothing of it in the checkout.
-        Path(cluster.kubeconfig).unlink(missing_ok=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Install the chart with real Helm into a fresh sandbox and keep it running."
-    )
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default=DOCS_PREINSTALLED.name)
-    parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--kubeconfig-out", default="sandbox.kubeconfig")
-    return _serve(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Not sys.exit: helm-python-sdk's Go runtime crashed with SIGSEGV in the interpreter's final
-    # garbage collection after Ctrl-C (3 of 3 runs under make). Everything is closed by now.
-    os._exit(code)

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_ctrl_c_stops_cleanly_and_leaves_no_kubeconfig(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "sandbox.kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.chart_install", "--kubeconfig-out", str(kubeconfig)],
+        [sys.executable, "-m", "tools.try_chart", "--kubeconfig-out", str(kubeconfig)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     seen: list[str] = []

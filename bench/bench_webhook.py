@@ -128,7 +128,7 @@ def run() -> list[dict[str, Any]]:
          "--cert-dir", str(tmp), "--cluster", str(tmp / "cluster.yaml"), "--log-level", "warning", "--shutdown-delay", "0"],
         ours_port, ca.cert_pem,
     )  # fmt: skip
-    bare = _start([sys.executable, "-m", "tests.bench.bare_server", str(tmp), str(bare_port)], bare_port, ca.cert_pem)
+    bare = _start([sys.executable, "-m", "bench.bare_server", str(tmp), str(bare_port)], bare_port, ca.cert_pem)
     try:
         ours_url, bare_url = f"https://127.0.0.1:{ours_port}/mutate", f"https://127.0.0.1:{bare_port}/mutate"
         asyncio.run(_throughput(ours_url, body, ctx, 1.0))  # warm up both

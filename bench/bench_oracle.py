@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.bench_allocator import _CLASS, GPUS, NODES, _claim
+from bench.bench_explain import timed
 from gpucluster.dra import gates
 from gpucluster.dra.cel import compile_selector, slice_views
 from gpucluster.sandbox.sim import gpunodes as simulate
-from tests.bench.bench_allocator import _CLASS, GPUS, NODES, _claim
-from tests.bench.bench_explain import timed
 from tests.oracle import build
 from tests.oracle.client import Oracle
 

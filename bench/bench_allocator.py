@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bench.bench_explain import timed
 from gpucluster.sandbox.sim import gpunodes as simulate
-from tests.bench.bench_explain import timed
 
 NODES = 1000
 GPUS = 8

@@ -1,6 +1,6 @@
-"""`make bench`: run every tests/bench/bench_*.py module, print a table, write bench/results.json.
+"""`make bench`: run every bench/bench_*.py module, print a table, write bench/results.json.
 
-``python -m tests.bench webhook controller`` runs only those suites (``make bench SUITES="webhook"``).
+``python -m bench webhook controller`` runs only those suites (``make bench SUITES="webhook"``).
 
 Each module exposes ``run() -> list[dict]``; a row is
 ``{"name": str, "value": float, "unit": str, "target": str | None, "ok": bool | None}``.
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import tests.bench as bench_pkg
+import bench as bench_pkg
 
 
 def _rows(only: set[str]) -> list[dict[str, Any]]:
@@ -23,7 +23,7 @@ def _rows(only: set[str]) -> list[dict[str, Any]]:
     for info in sorted(pkgutil.iter_modules(bench_pkg.__path__), key=lambda m: m.name):
         if not info.name.startswith("bench_") or (only and info.name.removeprefix("bench_") not in only):
             continue
-        module = importlib.import_module(f"tests.bench.{info.name}")
+        module = importlib.import_module(f"bench.{info.name}")
         for row in module.run():
             rows.append({"suite": info.name.removeprefix("bench_"), **row})
     return rows
@@ -50,7 +50,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     only = set(sys.argv[1:])
-    known = {m.name.removeprefix("bench_") for m in pkgutil.iter_modules(bench_pkg.__path__)}
+    known = {
+        m.name.removeprefix("bench_") for m in pkgutil.iter_modules(bench_pkg.__path__) if m.name.startswith("bench_")
+    }
     if only - known:
         print(
             f"unknown suite(s): {', '.join(sorted(only - known))}; known: {', '.join(sorted(known))}", file=sys.stderr

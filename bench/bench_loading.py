@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from bench.bench_explain import _CLASS, _claim
 from gpucluster.sandbox.sim import gpunodes as simulate
-from tests.bench.bench_explain import _CLASS, _claim
 
 SIZES = (100, 1000, 5000)
 GPUS = 8
