@@ -22,6 +22,7 @@ with a literal name.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,8 +86,9 @@ def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[t
             yield node.lineno, node.args[0].value
 
 
-def _imports_of(path: Path) -> Iterator[tuple[int, str]]:
-    return imports(path.read_text(), _module_name(path), is_package=path.name == "__init__.py")
+@functools.cache  # every rule reads the same files
+def _imports_of(path: Path) -> tuple[tuple[int, str], ...]:
+    return tuple(imports(path.read_text(), _module_name(path), is_package=path.name == "__init__.py"))
 
 
 def core_modules() -> dict[str, Path]:
@@ -142,7 +144,9 @@ def test_shells_do_not_import_each_other(folder: str) -> None:
 def test_every_module_is_in_the_one_namespace() -> None:
     """No module imports a shell by its folder's name: installed, only ``gpucluster`` is there."""
     bare = tuple(f for f in FOLDERS if f != "gpucluster")
-    everything = {name: path for folder in [*FOLDERS, "tests", "tools", "bench"] for name, path in _modules(folder).items()}
+    everything = {
+        name: path for folder in [*FOLDERS, "tests", "tools", "bench"] for name, path in _modules(folder).items()
+    }
     assert violations(everything, bare) == []
 
 
