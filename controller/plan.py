@@ -32,7 +32,14 @@ from gpucluster.controller.drift import matches, project
 from gpucluster.controller.holders import claim_holders, pod_count
 from gpucluster.controller.holders import describe as describe_holders
 from gpucluster.controller.nodes import DEPLOY_LABELS
-from gpucluster.controller.operands import MANAGED_BY, STATE_LABEL, ClusterFacts, RenderError, render_operands
+from gpucluster.controller.operands import (
+    MANAGED_BY,
+    STATE_LABEL,
+    ClusterFacts,
+    OperandObjects,
+    RenderError,
+    render_operands,
+)
 from gpucluster.controller.status import (
     DELETING,
     NOT_SINGLETON,
@@ -41,6 +48,7 @@ from gpucluster.controller.status import (
     PERMISSION_DENIED,
     PREREQUISITE_NOT_MET,
     RECONCILE_FAILED,
+    WorkloadStatus,
     inventory,
     not_ready_message,
     workload_status,
@@ -230,15 +238,7 @@ class Observed:
 
 
 def plan(observed: Observed) -> Plan:
-    out = Plan()
-    for other in observed.clusters:
-        meta = metadata(other)
-        if meta.get("name") != SINGLETON_NAME and not meta.get("deletionTimestamp"):
-            out.statuses.append(
-                Status(
-                    other, "disabled", NOT_SINGLETON, f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled"
-                )
-            )
+    out = Plan(statuses=_ignored_clusters(observed.clusters))
     cluster = next((c for c in observed.clusters if metadata(c).get("name") == SINGLETON_NAME), None)
     if cluster is None:
         return out
@@ -247,21 +247,56 @@ def plan(observed: Observed) -> Plan:
         return out
     if FINALIZER not in (metadata(cluster).get("finalizers") or []):
         out.writes.append(AddFinalizer(cluster))
-
-    problem = observed.prerequisites.problem
-    if observed.policies and problem is None:
-        names = ", ".join(sorted(str(metadata(p).get("name")) for p in observed.policies))
-        problem = (
-            f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
-            "new installations only, delete the ClusterPolicy and its operands first"
-        )
+    problem = _prerequisite_problem(observed.prerequisites, observed.policies)
     if problem:
         out.statuses.append(Status(cluster, "notReady", PREREQUISITE_NOT_MET, problem))
         out.requeue = 30.0
         return out
-
     if (observed.namespace_labels or {}).get(ADMIN_ACCESS_LABEL) != "true":
         out.writes.append(LabelNamespace(observed.namespace))
+    operands = _render(cluster, observed)
+    if isinstance(operands, str):
+        out.statuses.append(Status(cluster, "notReady", RECONCILE_FAILED, operands))
+        out.requeue = 30.0
+        return out
+    out.active = True
+    sync = _sync_operands(operands, observed)
+    out.lookups.extend(sync.lookups)
+    out.writes.extend(sync.applies)
+    out.writes.extend(_prune(str(metadata(cluster).get("uid") or ""), sync.desired, observed.owned))
+    if out.lookups:
+        return out  # decide the rest once every live copy is known
+    out.conflicts = frozenset(sync.conflicts)
+    out.events.extend(_conflict_events(cluster, out.conflicts - observed.previous_conflicts))
+    status = _readiness(cluster, observed, sync.conflicts, sync.workloads)
+    out.statuses.append(status)
+    out.requeue = 60.0 if status.state == "ready" else 5.0
+    return out
+
+
+def _ignored_clusters(clusters: Sequence[KubeObject]) -> list[Status]:
+    """A disabled status for every GPUCluster but the singleton (and but those being deleted)."""
+    message = f"ignored: {SINGLETON_MESSAGE}; only gpu-cluster is reconciled"
+    return [
+        Status(other, "disabled", NOT_SINGLETON, message)
+        for other in clusters
+        if metadata(other).get("name") != SINGLETON_NAME and not metadata(other).get("deletionTimestamp")
+    ]
+
+
+def _prerequisite_problem(prerequisites: Prerequisites, policies: Sequence[KubeObject]) -> str | None:
+    """Why GPUCluster cannot work here: what the server lacks, else a ClusterPolicy (one management model)."""
+    if prerequisites.problem is not None or not policies:
+        return prerequisites.problem
+    names = ", ".join(sorted(str(metadata(p).get("name")) for p in policies))
+    return (
+        f"ClusterPolicy {names} exists: a cluster uses one GPU management model; GPUCluster supports "
+        "new installations only, delete the ClusterPolicy and its operands first"
+    )
+
+
+def _render(cluster: KubeObject, observed: Observed) -> list[OperandObjects] | str:
+    """Every operand's objects for ``cluster``, or why its spec cannot be rendered."""
     try:
         model = GPUCluster.model_validate(cluster)
         facts = ClusterFacts.from_environ(
@@ -271,73 +306,91 @@ def plan(observed: Observed) -> Plan:
             service_monitor_crd=observed.prerequisites.service_monitor,
             kubernetes_version=observed.prerequisites.version,
         )
-        operands = render_operands(model, facts)
+        return render_operands(model, facts)
     except ValidationError as exc:
-        detail = "; ".join(str(p) for p in problems_from(exc))
-        out.statuses.append(Status(cluster, "notReady", RECONCILE_FAILED, detail))
-        out.requeue = 30.0
-        return out
+        return "; ".join(str(p) for p in problems_from(exc))
     except RenderError as exc:
-        out.statuses.append(Status(cluster, "notReady", RECONCILE_FAILED, str(exc)))
-        out.requeue = 30.0
-        return out
-    out.active = True
+        return str(exc)
 
-    desired_keys: set[Key] = set()
-    workloads: list[Key] = []
-    conflicts: list[str] = []
+
+@dataclass
+class OperandSync:
+    """What the rendered operands ask for, object by object, against their live copies."""
+
+    desired: set[Key] = field(default_factory=set)  # every rendered object (what is not is pruned)
+    workloads: list[Key] = field(default_factory=list)  # the DaemonSets and Deployments, in render order
+    lookups: list[KubeObject] = field(default_factory=list)  # live copy not known yet: read it first
+    conflicts: list[str] = field(default_factory=list)  # live objects with an operand's name, not ours
+    applies: list[Apply] = field(default_factory=list)
+
+
+def _sync_operands(operands: Sequence[OperandObjects], observed: Observed) -> OperandSync:
+    out = OperandSync()
     for operand in operands:
         for obj in operand.objects:
             key = key_of(obj)
-            desired_keys.add(key)
+            out.desired.add(key)
             if key[0] in ("DaemonSet", "Deployment"):
-                workloads.append(key)
+                out.workloads.append(key)
             known, live = observed.live(key)
             if not known:
                 out.lookups.append(obj)
-                continue
-            if live is not None and not is_ours(live):
-                conflicts.append(describe(live))
-                continue
-            action = _apply(obj, live, observed.applied.get(key))
-            if action is not None:
-                out.writes.append(action)
-    out.writes.extend(_prune(str(metadata(cluster).get("uid") or ""), desired_keys, observed.owned))
-    if out.lookups:
-        return out  # decide the rest once every live copy is known
+            elif live is not None and not is_ours(live):
+                out.conflicts.append(describe(live))
+            elif (action := _apply(obj, live, observed.applied.get(key))) is not None:
+                out.applies.append(action)
+    return out
 
+
+def _conflict_events(cluster: KubeObject, new: frozenset[str]) -> list[Event]:
+    """One Warning per object newly found in an operand's way (each is reported once)."""
+    return [
+        Event(
+            cluster, "Warning", OPERAND_CONFLICT,
+            f"{name} exists and is not managed by this GPUCluster: it is left untouched; "
+            "delete it (or, cluster-scoped, label it app.kubernetes.io/managed-by=gpucluster) to hand it over",
+        )
+        for name in sorted(new)
+    ]  # fmt: skip
+
+
+def _readiness(cluster: KubeObject, observed: Observed, conflicts: Sequence[str], workloads: Sequence[Key]) -> Status:
+    """The status once every live copy is known: conflicts first, then the nodes' labels, then the workloads."""
     stock = inventory(observed.slices, observed.claims)
-    out.conflicts = frozenset(conflicts)
     if conflicts:
-        for name in sorted(out.conflicts - observed.previous_conflicts):
-            out.events.append(Event(
-                cluster, "Warning", OPERAND_CONFLICT,
-                f"{name} exists and is not managed by this GPUCluster: it is left untouched; "
-                "delete it (or, cluster-scoped, label it app.kubernetes.io/managed-by=gpucluster) to hand it over",
-            ))  # fmt: skip
         message = f"objects with operand names exist and are not ours, left untouched: {', '.join(conflicts)}"
-        out.statuses.append(Status(cluster, "notReady", OPERAND_CONFLICT, message, stock))
-        out.requeue = 5.0
-        return out
+        return Status(cluster, "notReady", OPERAND_CONFLICT, message, stock)
+    labelling = _labelling_problem(observed.label_errors, observed.unlabelled_nodes)
+    if labelling is not None:
+        reason, message = labelling
+        return Status(cluster, "notReady", reason, message, stock)
+    # The workloads' coverage is checked only once the nodes are labelled (it costs a pass over the
+    # nodes per DaemonSet, and the labels change what each must cover).
+    statuses = _workload_statuses(workloads, observed)
+    if all(s.ready for s in statuses):
+        return Status(cluster, "ready", "Reconciled", "all operands are ready", stock)
+    return Status(cluster, "notReady", OPERANDS_NOT_READY, not_ready_message(statuses), stock)
 
-    if observed.label_errors:
-        failing = sorted(observed.label_errors.items())
+
+def _labelling_problem(
+    label_errors: Mapping[str, tuple[int | None, str]], unlabelled_nodes: int
+) -> tuple[str, str] | None:
+    """(reason, message) while the node reconciler cannot set, or has not yet set, the nodes' DRA labels."""
+    if label_errors:
+        failing = sorted(label_errors.items())
         forbidden = any(code == 403 for _, (code, _) in failing)
         shown = "; ".join(f"node {name}: {error}" for name, (_, error) in failing[:3])
         more = f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
-        message = f"cannot set the DRA labels of {len(failing)} nodes: {shown}{more}"
-        out.statuses.append(
-            Status(cluster, "notReady", PERMISSION_DENIED if forbidden else RECONCILE_FAILED, message, stock)
-        )
-        out.requeue = 5.0
-        return out
-    if observed.unlabelled_nodes:
-        # Not ready until the nodes are labelled; the workloads' coverage is checked after (it costs a
-        # pass over the nodes per DaemonSet, and the labels change what each must cover).
-        message = f"waiting for the DRA labels of {observed.unlabelled_nodes} nodes to be set"
-        out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
-        out.requeue = 5.0
-        return out
+        reason = PERMISSION_DENIED if forbidden else RECONCILE_FAILED
+        return reason, f"cannot set the DRA labels of {len(failing)} nodes: {shown}{more}"
+    if unlabelled_nodes:
+        # Not ready until the nodes are labelled.
+        return OPERANDS_NOT_READY, f"waiting for the DRA labels of {unlabelled_nodes} nodes to be set"
+    return None
+
+
+def _workload_statuses(workloads: Sequence[Key], observed: Observed) -> list[WorkloadStatus]:
+    """Each workload's readiness from its cached copy (one not in the cache yet has observed nothing)."""
     statuses = []
     for kind, namespace, name in workloads:
         live = observed.cached.get((kind, namespace, name))
@@ -345,14 +398,7 @@ def plan(observed: Observed) -> Plan:
             statuses.append(workload_status(live, observed.nodes))
         else:
             statuses.append(workload_status({"kind": kind, "metadata": {"name": name, "generation": 1}}))
-    if all(s.ready for s in statuses):
-        out.statuses.append(Status(cluster, "ready", "Reconciled", "all operands are ready", stock))
-        out.requeue = 60.0
-        return out
-    message = not_ready_message(statuses)
-    out.statuses.append(Status(cluster, "notReady", OPERANDS_NOT_READY, message, stock))
-    out.requeue = 5.0
-    return out
+    return statuses
 
 
 def _apply(obj: KubeObject, live: KubeObject | None, applied: str | None) -> Apply | None:

@@ -1,12 +1,18 @@
 """The GPUCluster reconciler: observe the cache, :func:`controller.plan.plan`, execute (I/O).
 
-Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Kube`
+Reads come from the informer cache (:class:`ClusterState`); writes go through :class:`Api`
 with server-side apply (field manager ``gpucluster``). One reconcile plans, performs the
 lookups and writes the plan asks for, and plans again on the updated cache, until a plan has
 nothing left to write (at most a few rounds); that plan's status and events are reported. A
 steady state plans no writes, so it issues none; what was changed is recorded as one Normal
 event per kind of change on the GPUCluster. The decisions (ownership, drift, pruning, status)
 are in controller/plan.py and are unit-tested on plain data.
+
+The :class:`Reconciler` executes; what it keeps is held by one object per concern: the API it
+talks through (:class:`Api`), what the server serves (controller/prerequisites.py), what the
+node labeller and the provisioner report (:class:`Peers`), what it remembers of the operands
+between reconciles (:class:`OperandMemory`), when the status is written (:class:`StatusWrites`)
+and what the reconcile under way changed (:class:`ChangeLog`).
 """
 
 from __future__ import annotations
@@ -44,19 +50,29 @@ from gpucluster.controller.plan import (
     plan,
     summarize,
 )
+from gpucluster.controller.prerequisites import PrerequisiteCheck
 from gpucluster.controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
-from gpucluster.dra.semver import Semver, SemverError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
 from gpucluster.kube.paths import collection_path, object_path
 from gpucluster.kube.reflector import Resource, strip_managed_fields
 
-__all__ = ["FINALIZER", "OWNED", "OWNED_KINDS", "Reconciler", "owned_resources"]
+__all__ = [
+    "FINALIZER",
+    "OWNED",
+    "OWNED_KINDS",
+    "Api",
+    "ChangeLog",
+    "OperandMemory",
+    "Peers",
+    "Reconciler",
+    "StatusWrites",
+    "owned_resources",
+]
 
 log = logging.getLogger("gpucluster.controller")
 
 FIELD_MANAGER = "gpucluster"
-MIN_VERSION = (1, 34, 2)
 GPUCLUSTER_PATH = "/apis/nvidia.com/v1alpha1/gpuclusters"
 MAX_ROUNDS = 4  # plan/execute rounds of one reconcile (lookups, then writes, then the status)
 
@@ -125,60 +141,27 @@ def _identity(write: Write) -> tuple[str, Key, str]:
 
 
 @dataclass
-class _Served:
-    checked_at: float = -1e9
-    found: Prerequisites = field(default_factory=Prerequisites)
+class Api:
+    """How the reconciler talks to the API server: live reads, and writes, counted (the writes
+    metric) and logged; Events through one recorder, aggregated as client-go's recorder does."""
 
-
-@dataclass
-class Reconciler:
     kube: Kube
-    state: ClusterState
-    namespace: str = "gpu-operator"
-    env: Mapping[str, str] = field(default_factory=dict)
-    now: Callable[[], str] = _now
-    prerequisite_ttl: float = 60.0
+    now: Callable[[], str] = _now  # the timestamps written (events, status conditions)
     writes: int = 0
-    last_reasons: dict[str, str] = field(default_factory=dict)
-    drifts: int = 0
-    # GPU nodes the node reconciler has not labelled yet (the GPUCluster is not ready until it has).
-    unlabelled_nodes: Callable[[], int] = lambda: 0
-    label_errors: Callable[[], Mapping[str, tuple[int | None, str]]] = lambda: {}
-    # The ResourceClaimTemplates created for translated pods (controller/provision.py): deleted
-    # before the finalizer goes.
-    provisioned_templates: Callable[[], Sequence[KubeObject]] = lambda: ()
-    # Whether the last reconcile rendered operands (GPU nodes should then be labelled).
-    active: bool = False
-    _served: _Served = field(default_factory=_Served)
-    # (kind, namespace, name) -> hash of the projection of the live object right after our apply.
-    _applied: dict[Key, str] = field(default_factory=dict)
-    _conflicts: frozenset[str] = frozenset()
     _recorder: EventRecorder | None = None
-    # A status that differs only in its inventory is written at most every ``inventory_interval``
-    # seconds (200 nodes leaving is a handful of status writes, not 200); a change of state or
-    # conditions is written at once. ``_status_due``: when a held-back inventory must be written.
-    inventory_interval: float = 5.0
-    clock: Callable[[], float] = time.monotonic
-    status_writes: int = 0
-    _status_written: dict[str, tuple[float, Any]] = field(default_factory=dict)
-    _status_due: float | None = None
-    _changes: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
-    _pending_events: list[tuple[str, str, str]] = field(default_factory=list)
 
-    # ------------------------------------------------------------------ writes
-
-    async def _write(self, method: str, path: str, **kwargs: Any) -> KubeObject:
+    async def write(self, method: str, path: str, **kwargs: Any) -> KubeObject:
         self.writes += 1
         log.debug("write method=%s path=%s", method, path)
         return await self.kube.request(method, path, **kwargs)
 
     async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on ``obj``, aggregated as client-go's recorder does."""
+        """Record a core/v1 Event on ``obj``."""
         if self._recorder is None:
-            self._recorder = EventRecorder(KubeSink(self._write), COMPONENT, now=self.now)
+            self._recorder = EventRecorder(KubeSink(self.write), COMPONENT, now=self.now)
         await self._recorder.record(obj, type_, reason, message)
 
-    async def _lookup(self, obj: Mapping[str, Any]) -> KubeObject | None:
+    async def lookup(self, obj: Mapping[str, Any]) -> KubeObject | None:
         """The live object when the cache cannot say (our watches see only objects with our label)."""
         try:
             live = await self.kube.get(object_path(obj))
@@ -189,9 +172,108 @@ class Reconciler:
         live.setdefault("kind", obj.get("kind"))
         return live
 
+
+@dataclass
+class Peers:
+    """What the other reconcilers report, read into each plan's observation."""
+
+    # GPU nodes the node reconciler has not labelled yet (the GPUCluster is not ready until it has).
+    unlabelled_nodes: Callable[[], int] = lambda: 0
+    label_errors: Callable[[], Mapping[str, tuple[int | None, str]]] = lambda: {}
+    # The ResourceClaimTemplates created for translated pods (controller/provision.py): deleted
+    # before the finalizer goes.
+    provisioned_templates: Callable[[], Sequence[KubeObject]] = lambda: ()
+
+
+@dataclass
+class OperandMemory:
+    """What the reconciler remembers of the operands from one reconcile to the next."""
+
+    # (kind, namespace, name) -> hash of the projection of the live object right after our apply.
+    applied: dict[Key, str] = field(default_factory=dict)
+    conflicts: frozenset[str] = frozenset()  # objects in an operand's way, reported already
+    active: bool = False  # the last reconcile rendered operands (GPU nodes should then be labelled)
+    drifts: int = 0  # operands re-applied after someone else changed them
+
+
+@dataclass
+class StatusWrites:
+    """When the GPUCluster status is written. A status that differs only in its inventory is written
+    at most every ``inventory_interval`` seconds (200 nodes leaving is a handful of status writes, not
+    200); a change of state or conditions is written at once. ``due``: when a held-back inventory
+    must be written."""
+
+    inventory_interval: float = 5.0
+    clock: Callable[[], float] = time.monotonic
+    writes: int = 0
+    written: dict[str, tuple[float, Any]] = field(default_factory=dict)  # name -> (when, status without times)
+    due: float | None = None
+    last_reasons: dict[str, str] = field(default_factory=dict)  # name -> the reason last written
+
+    def hold_back(self, name: str, now: float, current: Any, new: Any) -> bool:
+        """Whether only the inventory moved since our last write (``current`` and ``new`` without
+        their times); if so it is held back, due ``inventory_interval`` after that write."""
+        written_at, written = self.written.get(name, (None, None))
+        if (
+            written_at is not None
+            and now - written_at < self.inventory_interval
+            and _without_inventory(written) == _without_inventory(new)
+            and _without_inventory(current) == _without_inventory(written)
+        ):
+            due = written_at + self.inventory_interval
+            self.due = due if self.due is None else min(self.due, due)
+            return True
+        return False
+
+    def wrote(self, name: str, now: float, new: Any) -> None:
+        self.writes += 1
+        self.written[name] = (now, new)
+        if name == SINGLETON_NAME:
+            self.due = None
+
+
+@dataclass
+class ChangeLog:
+    """What one reconcile did, told on the GPUCluster when it ends: one Normal event per kind of
+    change to the operands, then the warnings met on the way."""
+
+    changes: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # reason -> (rank, message)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+
+    def changed(self, write: Apply | Delete) -> None:
+        # Workloads first: a summary cut at its length limit still names them.
+        rank = {"DaemonSet": 0, "Deployment": 0, "DeviceClass": 1}.get(str(write.obj.get("kind")), 2)
+        self.changes.setdefault(write.reason, []).append((rank, write.message))
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of each event to record."""
+        told = []
+        for reason, messages in self.changes.items():
+            ordered = [message for _, message in sorted(messages, key=lambda m: m[0])]
+            told.append(("Normal", reason, summarize(ordered)))
+        return told + [("Warning", reason, message) for reason, message in self.warnings]
+
+
+@dataclass
+class Reconciler:
+    """Executes each :func:`plan` (the writes it asks for, then its status and events) and keeps
+    the cache in step with what it wrote."""
+
+    api: Api
+    state: ClusterState
+    namespace: str = "gpu-operator"
+    env: Mapping[str, str] = field(default_factory=dict)
+    peers: Peers = field(default_factory=Peers)
+    served: PrerequisiteCheck = field(default_factory=PrerequisiteCheck)
+    operands: OperandMemory = field(default_factory=OperandMemory)
+    status: StatusWrites = field(default_factory=StatusWrites)
+    changes: ChangeLog = field(default_factory=ChangeLog)  # of the reconcile under way
+
+    # ------------------------------------------------------------------ writes
+
     async def _apply(self, action: Apply) -> None:
         desired = action.obj
-        result = await self._write(
+        result = await self.api.write(
             "PATCH",
             object_path(desired),
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
@@ -199,16 +281,16 @@ class Reconciler:
             content_type="application/apply-patch+yaml",
         )
         result.setdefault("kind", desired["kind"])
-        self._applied[key_of(desired)] = content_hash(project(desired, result))
+        self.operands.applied[key_of(desired)] = content_hash(project(desired, result))
         self.state.upsert(str(desired["kind"]), result)
         if action.drift:
-            self.drifts += 1
+            self.operands.drifts += 1
             log.info("drift: %s %s/%s was changed by someone else; re-applied", *key_of(desired))
         if (desired.get("spec") or {}).get("extendedResourceName") and not (result.get("spec") or {}).get(
             "extendedResourceName"
         ):
-            self._pending_events.append((
-                "Warning", "ExtendedResourceNotServed",
+            self.changes.warnings.append((
+                "ExtendedResourceNotServed",
                 f"the API server dropped spec.extendedResourceName of DeviceClass {metadata(desired).get('name')}: "
                 "enable the DRAExtendedResource feature gate; until then the admission webhook translates "
                 f"{(desired.get('spec') or {}).get('extendedResourceName')} requests",
@@ -217,7 +299,7 @@ class Reconciler:
     async def delete(self, obj: Mapping[str, Any], propagation: str = "Background") -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
         try:
-            result = await self._write("DELETE", object_path(obj), body=body)
+            result = await self.api.write("DELETE", object_path(obj), body=body)
         except KubeError as exc:
             if exc.status != 404:
                 raise
@@ -231,7 +313,7 @@ class Reconciler:
     async def _set_finalizers(self, cluster: Mapping[str, Any], finalizers: list[str]) -> None:
         meta = metadata(cluster)
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
-        result = await self._write(
+        result = await self.api.write(
             "PATCH", f"{GPUCLUSTER_PATH}/{meta.get('name')}", body=body, content_type="application/merge-patch+json"
         )
         result.setdefault("kind", "GPUCluster")
@@ -257,7 +339,7 @@ class Reconciler:
                     "annotations": {ADMIN_ACCESS_MARK: "true" if add else None},
                 }
             }
-            result = await self._write(
+            result = await self.api.write(
                 "PATCH", f"/api/v1/namespaces/{write.name}", body=body, content_type="application/merge-patch+json"
             )
             result.setdefault("kind", "Namespace")
@@ -265,7 +347,7 @@ class Reconciler:
         elif isinstance(write, UnlabelNode):
             body = {"metadata": {"labels": dict.fromkeys(write.keys)}}
             try:
-                result = await self._write(
+                result = await self.api.write(
                     "PATCH", f"/api/v1/nodes/{write.name}", body=body, content_type="application/merge-patch+json"
                 )
             except KubeError as exc:
@@ -275,45 +357,7 @@ class Reconciler:
                 result.setdefault("kind", "Node")
                 self.state.upsert("Node", strip_managed_fields(result))
         if isinstance(write, Apply | Delete) and write.reason:
-            # Workloads first: a summary cut at its length limit still names them.
-            rank = {"DaemonSet": 0, "Deployment": 0, "DeviceClass": 1}.get(str(write.obj.get("kind")), 2)
-            self._changes.setdefault(write.reason, []).append((rank, write.message))
-
-    # ------------------------------------------------------------------ checks
-
-    async def prerequisites(self) -> Prerequisites:
-        """DeviceClass API served (resource.k8s.io/v1), server >= v1.34.2; ServiceMonitor CRD served?"""
-        if time.monotonic() - self._served.checked_at < self.prerequisite_ttl:
-            return self._served.found
-        problem = None
-        version = None
-        try:
-            group = await self.kube.get("/apis/resource.k8s.io")
-            versions = {v.get("version") for v in group.get("versions") or []}
-            if "v1" not in versions:
-                problem = (
-                    "the resource.k8s.io/v1 API (DeviceClass) is not served: DRA needs Kubernetes v1.34.2 or later "
-                    "with resource.k8s.io/v1 enabled"
-                )
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            problem = "the resource.k8s.io API group is not served: DRA needs Kubernetes v1.34.2 or later"
-        info = await self.kube.get("/version")
-        version = str(info.get("gitVersion") or "")
-        try:
-            parsed = Semver.parse(version.split("+")[0].split("-")[0], normalize=True)
-            if (parsed.major, parsed.minor, parsed.patch) < MIN_VERSION:
-                problem = problem or f"Kubernetes {version} is too old: DRA with GPUCluster needs v1.34.2 or later"
-        except SemverError:
-            log.warning("cannot parse the server version %r; assuming it is recent enough", version)
-        try:
-            await self.kube.get("/apis/monitoring.coreos.com/v1")
-            service_monitor = True
-        except KubeError:
-            service_monitor = False
-        self._served = _Served(time.monotonic(), Prerequisites(problem, version, service_monitor))
-        return self._served.found
+            self.changes.changed(write)
 
     # ------------------------------------------------------------------ status
 
@@ -321,24 +365,15 @@ class Reconciler:
         meta = metadata(cluster)
         generation = int(meta.get("generation") or 0)
         current = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
-        new = desired_status(current, namespace=self.namespace, generation=generation, now=self.now(), **kwargs)
+        new = desired_status(current, namespace=self.namespace, generation=generation, now=self.api.now(), **kwargs)
         if _strip_times(current) == _strip_times(new):
             return
         name = str(meta.get("name"))
-        now = self.clock()
-        written_at, written = self._status_written.get(name, (None, None))
-        if (
-            written_at is not None
-            and now - written_at < self.inventory_interval
-            and _without_inventory(written) == _without_inventory(_strip_times(new))
-            and _without_inventory(_strip_times(current)) == _without_inventory(written)
-        ):
-            # Only the inventory moved since our last write: hold it back, write it when due.
-            due = written_at + self.inventory_interval
-            self._status_due = due if self._status_due is None else min(self._status_due, due)
-            return
+        now = self.status.clock()
+        if self.status.hold_back(name, now, _strip_times(current), _strip_times(new)):
+            return  # only the inventory moved since our last write: written when due
         reason = kwargs.get("reason", "")
-        result = await self._write(
+        result = await self.api.write(
             "PATCH",
             f"{GPUCLUSTER_PATH}/{meta.get('name')}/status",
             body={"status": new},
@@ -346,14 +381,11 @@ class Reconciler:
         )
         result.setdefault("kind", "GPUCluster")
         self.state.upsert("GPUCluster", result)
-        self.status_writes += 1
-        self._status_written[name] = (now, _strip_times(new))
-        if name == SINGLETON_NAME:
-            self._status_due = None
-        changed = self.last_reasons.get(str(meta.get("name"))) != reason
+        self.status.wrote(name, now, _strip_times(new))
+        changed = self.status.last_reasons.get(name) != reason
         if changed and kwargs.get("state") == "notReady" and reason not in (OPERANDS_NOT_READY, OPERAND_CONFLICT):
-            await self.event(cluster, "Warning", reason, kwargs.get("message", ""))
-        self.last_reasons[str(meta.get("name"))] = reason
+            await self.api.event(cluster, "Warning", reason, kwargs.get("message", ""))
+        self.status.last_reasons[name] = reason
 
     async def report_failure(self, error: Exception, failures: int) -> None:
         """After repeated failed passes, say so on the GPUCluster (Ready=False, Error=True); best effort."""
@@ -390,42 +422,41 @@ class Reconciler:
             cached={key_of(obj): obj for obj in owned},
             looked_up=looked_up,
             owned=owned,
-            applied=self._applied,
+            applied=self.operands.applied,
             nodes=state.list("Node"),
-            unlabelled_nodes=self.unlabelled_nodes(),
-            label_errors=dict(self.label_errors()),
+            unlabelled_nodes=self.peers.unlabelled_nodes(),
+            label_errors=dict(self.peers.label_errors()),
             slices=state.list("ResourceSlice"),
             claims=state.list("ResourceClaim"),
-            templates=list(self.provisioned_templates()),
-            previous_conflicts=self._conflicts,
+            templates=list(self.peers.provisioned_templates()),
+            previous_conflicts=self.operands.conflicts,
         )
 
     async def reconcile(self) -> float:
         """One reconcile; returns seconds until the next (5 while not ready, 60 when ready, sooner
         when an inventory update is held back)."""
-        self._changes = {}
-        self._pending_events = []
-        self._status_due = None  # set again by set_status while an inventory update is still held back
+        self.changes = ChangeLog()
+        self.status.due = None  # set again by set_status while an inventory update is still held back
         try:
             requeue = await self._reconcile()
         finally:
             await self._record_changes()
-        if self._status_due is not None:
-            requeue = max(0.0, min(requeue, self._status_due - self.clock()))
+        if self.status.due is not None:
+            requeue = max(0.0, min(requeue, self.status.due - self.status.clock()))
         return requeue
 
     async def _reconcile(self) -> float:
         looked_up: dict[Key, KubeObject | None] = {}
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
         live = cluster is not None and not metadata(cluster).get("deletionTimestamp")
-        prerequisites = await self.prerequisites() if live else Prerequisites()
+        prerequisites = await self.served.check(self.api.kube) if live else Prerequisites()
         decided: Plan | None = None
         done: set[tuple[str, Key, str]] = set()  # a write is made at most once per reconcile
         for _ in range(MAX_ROUNDS):
             decided = plan(self.observe(prerequisites, looked_up))
             if decided.lookups:
                 for obj in decided.lookups:
-                    looked_up[key_of(obj)] = await self._lookup(obj)
+                    looked_up[key_of(obj)] = await self.api.lookup(obj)
                 continue
             decided.writes = [w for w in decided.writes if _identity(w) not in done]
             if not decided.writes:
@@ -438,25 +469,21 @@ class Reconciler:
             # Still changing after MAX_ROUNDS (someone keeps rewriting an operand): look again soon.
             log.info("operands still changing after %d rounds; reconciling again", MAX_ROUNDS)
             return 1.0
-        self.active = decided.active
-        self._conflicts = decided.conflicts
+        self.operands.active = decided.active
+        self.operands.conflicts = decided.conflicts
         for status in decided.statuses:
             await self.set_status(
                 status.cluster, state=status.state, reason=status.reason, message=status.message,
                 **({"inventory": status.inventory} if status.inventory is not None else {}),
             )  # fmt: skip
         for event in decided.events:
-            await self.event(event.obj, event.type, event.reason, event.message)
+            await self.api.event(event.obj, event.type, event.reason, event.message)
         return decided.requeue
 
     async def _record_changes(self) -> None:
-        changes, self._changes = self._changes, {}
-        pending, self._pending_events = self._pending_events, []
+        told, self.changes = self.changes, ChangeLog()
         cluster = self.state.get("GPUCluster", SINGLETON_NAME)
         if cluster is None:
             return
-        for reason, messages in changes.items():
-            ordered = [message for _, message in sorted(messages, key=lambda m: m[0])]
-            await self.event(cluster, "Normal", reason, summarize(ordered))
-        for type_, reason, message in pending:
-            await self.event(cluster, type_, reason, message)
+        for type_, reason, message in told.events():
+            await self.api.event(cluster, type_, reason, message)

@@ -39,7 +39,7 @@ from gpucluster.controller.holders import allocated_devices
 from gpucluster.controller.labeller import NodeLabeller
 from gpucluster.controller.nodes import device_nodes
 from gpucluster.controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
-from gpucluster.controller.reconcile import Reconciler, owned_resources
+from gpucluster.controller.reconcile import Api, Reconciler, owned_resources
 from gpucluster.controller.status import PERMISSION_DENIED
 from gpucluster.controller.stranded import StrandedPods
 from gpucluster.errors import InputError
@@ -140,7 +140,7 @@ class Controller:
         self.report_failures_after = report_failures_after
         self.namespace = namespace
         self.state = ClusterState()
-        self.reconciler = Reconciler(kube, self.state, namespace=namespace, env=dict(env or {}))
+        self.reconciler = Reconciler(Api(kube), self.state, namespace=namespace, env=dict(env or {}))
         self.explainer = Explainer(self.state)
         self.min_interval = min_interval
         self.node_workers = node_workers
@@ -154,11 +154,11 @@ class Controller:
         self.nodes: WorkQueue[str] = WorkQueue("nodes", node_limiter, metrics=queues)
         self.pods: WorkQueue[str] = WorkQueue("pods", default_rate_limiter(cap=60.0), metrics=queues)
         self.labeller = NodeLabeller(
-            self.state, self.reconciler._write, dict(env or {}),
-            active=lambda: self.reconciler.active, on_settled=lambda: self.clusters.add(SINGLETON_NAME),
+            self.state, self.reconciler.api.write, dict(env or {}),
+            active=lambda: self.reconciler.operands.active, on_settled=lambda: self.clusters.add(SINGLETON_NAME),
         )  # fmt: skip
-        self.reconciler.unlabelled_nodes = lambda: len(self.labeller.pending)
-        self.reconciler.label_errors = lambda: self.labeller.errors
+        self.reconciler.peers.unlabelled_nodes = lambda: len(self.labeller.pending)
+        self.reconciler.peers.label_errors = lambda: self.labeller.errors
         self._was_active = False
         self._saw_deletion = False  # the GPUCluster was seen being deleted (no new claim templates)
         self._elector_task: asyncio.Task[None] | None = None
@@ -175,10 +175,10 @@ class Controller:
         # untranslated while the webhook was down: see controller/provision.py, controller/stranded.py.
         registry = self.metrics.registry
         self.provisioner = Provisioner(
-            kube, event=self.reconciler.event, leads=self._leads, grace_period=template_grace_period,
+            kube, event=self.reconciler.api.event, leads=self._leads, grace_period=template_grace_period,
             registry=registry, accepting=self._accepting_templates,
         )  # fmt: skip
-        self.reconciler.provisioned_templates = self.provisioner.owned
+        self.reconciler.peers.provisioned_templates = self.provisioner.owned
         self.stranded = StrandedPods(self.state, namespace, delete=delete_stranded_pods, registry=registry)
 
     def _resources(self) -> list[Resource]:
@@ -277,7 +277,7 @@ class Controller:
 
     async def _sync_cluster(self, key: str) -> float:
         started = time.monotonic()
-        before, status_before = self.reconciler.writes, self.reconciler.status_writes
+        before, status_before = self.reconciler.api.writes, self.reconciler.status.writes
         try:
             requeue = await self._timed("gpucluster", self.reconciler.reconcile())
             self._failures = 0
@@ -294,14 +294,14 @@ class Controller:
             raise
         finally:
             self.passes += 1
-            self.metrics.writes.inc(self.reconciler.writes - before)
-            self.metrics.status_writes.inc(self.reconciler.status_writes - status_before)
+            self.metrics.writes.inc(self.reconciler.api.writes - before)
+            self.metrics.status_writes.inc(self.reconciler.status.writes - status_before)
             cluster = self.state.get("GPUCluster", SINGLETON_NAME)
             ready = cluster is not None and (cluster.get("status") or {}).get("state") == "ready"
             self.metrics.ready.set(1 if ready else 0)
-        if self.reconciler.active and not self._was_active:
+        if self.reconciler.operands.active and not self._was_active:
             self._all_nodes()  # operands rendered: label the GPU nodes
-        self._was_active = self.reconciler.active
+        self._was_active = self.reconciler.operands.active
         await self._hold(started)
         return requeue
 
@@ -313,21 +313,21 @@ class Controller:
         await asyncio.sleep(min(max(self.min_interval - elapsed, elapsed), 2.0))
 
     async def _sync_node(self, name: str) -> None:
-        before = self.reconciler.writes
+        before = self.reconciler.api.writes
         try:
             await self._timed("nodes", self.labeller.sync(name))
         finally:
-            self.metrics.writes.inc(self.reconciler.writes - before)
+            self.metrics.writes.inc(self.reconciler.api.writes - before)
 
     async def _sync_pod(self, key: str) -> float | None:
         namespace, _, name = key.partition("/")
         pod = self.state.get("Pod", name, namespace)
-        await self._timed("stranded", self.stranded.check(pod, key, self.reconciler.event, self.reconciler.delete))
+        await self._timed("stranded", self.stranded.check(pod, key, self.reconciler.api.event, self.reconciler.delete))
         found, requeue = await self._timed("explanations", self.explainer.explain(pod, key))
         if found is not None:
             explained, claims, reason = found
             for obj in (explained, *claims):
-                await self.reconciler.event(obj, "Warning", EXPLAIN_REASON, reason)
+                await self.reconciler.api.event(obj, "Warning", EXPLAIN_REASON, reason)
         return requeue
 
     # ------------------------------------------------------------------ health

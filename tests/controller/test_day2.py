@@ -126,14 +126,14 @@ async def test_hand_edits_are_reverted_and_steady_state_writes_nothing(env: Env)
         )
 
     await env.wait(reverted, timeout=10)
-    assert controller.reconciler.drifts >= 2
+    assert controller.reconciler.operands.drifts >= 2
     await wait_ready(env)
-    writes, passes = controller.reconciler.writes, controller.passes
+    writes, passes = controller.reconciler.api.writes, controller.passes
     for _ in range(3):
         controller.resync()
         await env.wait(lambda p=passes: _true(controller.passes > p))
         passes = controller.passes
-    assert controller.reconciler.writes == writes
+    assert controller.reconciler.api.writes == writes
 
 
 async def _true(value: bool) -> bool:
@@ -160,9 +160,9 @@ async def test_persistent_write_failures_show_in_status_and_clear(env: Env) -> N
     gc = await env.wait(failing, timeout=20)
     # The failure is reported once, not on every failed pass (a status write that is read back as
     # a change would start the next pass at once, skipping the back-off).
-    statuses, passes = controller.reconciler.status_writes, controller.passes
+    statuses, passes = controller.reconciler.status.writes, controller.passes
     await env.wait(lambda p=passes: _true(controller.passes >= p + 3), timeout=20)
-    assert controller.reconciler.status_writes - statuses <= 1
+    assert controller.reconciler.status.writes - statuses <= 1
     assert conditions(gc)["Ready"]["status"] == "False" and gc["status"]["state"] == "notReady"
     assert "reconcile passes keep failing; last error:" in conditions(gc)["Error"]["message"]
     events = (await env.kube.get("/api/v1/namespaces/default/events"))["items"]

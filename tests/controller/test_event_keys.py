@@ -21,7 +21,7 @@ def controller() -> Controller:
     c = Controller(kube=None, leader_election=False)  # type: ignore[arg-type]
     for obj in (GPU_NODE, NEW_GPU_NODE, CPU_NODE, POD):
         c.state.upsert(str(obj["kind"]), dict(obj))
-    c.reconciler.active = True  # operands rendered: nodes are labelled
+    c.reconciler.operands.active = True  # operands rendered: nodes are labelled
     return c
 
 
@@ -40,12 +40,12 @@ def test_a_node_that_needs_labels_queues_only_its_own_key_and_counts_as_pending(
     c = controller()
     c._on_event("ADDED", NEW_GPU_NODE)
     assert queued(c) == {"gpucluster": set(), "nodes": {"gpu-1"}, "pods": set()}
-    assert c.reconciler.unlabelled_nodes() == 1
+    assert c.reconciler.peers.unlabelled_nodes() == 1
 
 
 def test_nodes_are_not_labelled_before_the_operands_render() -> None:
     c = controller()
-    c.reconciler.active = False
+    c.reconciler.operands.active = False
     c._on_event("ADDED", NEW_GPU_NODE)
     assert queued(c)["nodes"] == set()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpucluster.clusterstate import ADMIN_ACCESS_LABEL
 from gpucluster.controller.drift import project
+from gpucluster.controller.operands import OperandObjects
 from gpucluster.controller.plan import (
     ADMIN_ACCESS_MARK,
     FINALIZER,
@@ -22,17 +23,28 @@ from gpucluster.controller.plan import (
     RemoveFinalizer,
     UnlabelNamespace,
     UnlabelNode,
+    _conflict_events,
+    _ignored_clusters,
+    _labelling_problem,
+    _prerequisite_problem,
+    _readiness,
+    _render,
+    _sync_operands,
+    _workload_statuses,
     content_hash,
     key_of,
     plan,
     summarize,
+    with_hash,
 )
 from gpucluster.controller.status import (
     DELETING,
     NOT_SINGLETON,
     OPERAND_CONFLICT,
     OPERANDS_NOT_READY,
+    PERMISSION_DENIED,
     PREREQUISITE_NOT_MET,
+    RECONCILE_FAILED,
 )
 from tests.controller.helpers import ENV, NAMESPACE, UID, manifest
 
@@ -294,3 +306,104 @@ def test_nodes_that_cannot_be_labelled_are_named_with_the_error() -> None:
         observed(cached=cached, owned=list(cached.values()), applied=applied, label_errors={"gpu-3": (500, "boom")})
     )
     assert only_500.statuses[0].reason == "ReconcileFailed"
+
+
+# ------------------------------------------------------------------ plan's steps, one concern each
+
+
+def test_only_the_other_gpuclusters_not_being_deleted_are_ignored() -> None:
+    second, leaving = manifest(), manifest()
+    second["metadata"]["name"] = "second"
+    leaving["metadata"].update({"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z"})
+    statuses = _ignored_clusters([gpucluster(), second, leaving])
+    assert [(s.cluster["metadata"]["name"], s.state, s.reason) for s in statuses] == [
+        ("second", "disabled", NOT_SINGLETON)
+    ]
+
+
+def test_the_servers_problem_comes_before_a_clusterpolicy() -> None:
+    policies = [{"kind": "ClusterPolicy", "metadata": {"name": n}} for n in ("b-policy", "a-policy")]
+    assert _prerequisite_problem(Prerequisites(version="v1.34.2"), []) is None
+    problem = _prerequisite_problem(Prerequisites(version="v1.34.2"), policies)
+    assert problem is not None and problem.startswith("ClusterPolicy a-policy, b-policy exists: ")
+    assert _prerequisite_problem(Prerequisites(problem="too old"), policies) == "too old"
+
+
+def test_a_spec_that_cannot_be_rendered_gives_its_problem_instead_of_operands() -> None:
+    rendered = _render(gpucluster(), observed())
+    assert isinstance(rendered, list) and all(isinstance(o, OperandObjects) for o in rendered)
+    invalid = gpucluster()
+    invalid["spec"]["draDriver"]["version"] = "bad tag!"  # refused by validation
+    assert _render(invalid, observed(invalid)) == (
+        'spec.draDriver.version: Invalid value: "bad tag!": must be an image tag (letters, digits, _ . -; at most '
+        "128) or a sha256: digest"
+    )
+    no_image = manifest(with_driver_image=False)  # valid, but the renderer finds no driver image
+    no_image["metadata"]["uid"] = UID
+    problem = _render(no_image, observed(no_image))
+    assert isinstance(problem, str) and "no image for the DRA driver" in problem
+
+
+def test_each_rendered_object_is_looked_up_created_left_alone_or_a_conflict() -> None:
+    def obj(kind: str, name: str) -> Obj:
+        owner = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "name": "gpu-cluster", "uid": UID}
+        meta = {"name": name, "namespace": NAMESPACE, "ownerReferences": [{**owner, "controller": True}]}
+        return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+    unknown, taken, new, same = (
+        obj("Service", "unknown"),
+        obj("ServiceAccount", "taken"),
+        obj("DaemonSet", "new"),
+        obj("Deployment", "same"),
+    )
+    admins = {"kind": "ServiceAccount", "metadata": {"name": "taken", "namespace": NAMESPACE}}
+    operands = [OperandObjects("a", [unknown, taken]), OperandObjects("b", [new, same])]
+    sync = _sync_operands(
+        operands, observed(cached={key_of(taken): admins, key_of(same): with_hash(same)}, looked_up={key_of(new): None})
+    )
+    assert sync.lookups == [unknown]
+    assert sync.conflicts == [f"ServiceAccount {NAMESPACE}/taken"]
+    assert [(a.reason, key_of(a.obj)) for a in sync.applies] == [(OPERAND_CREATED, key_of(new))]
+    assert sync.desired == {key_of(o) for o in (unknown, taken, new, same)}
+    assert sync.workloads == [key_of(new), key_of(same)]
+
+
+def test_conflicts_are_warned_of_one_event_each_in_name_order() -> None:
+    events = _conflict_events(gpucluster(), frozenset({"Service b/y", "ClusterRole x"}))
+    assert [(e.type, e.reason) for e in events] == [("Warning", OPERAND_CONFLICT)] * 2
+    assert [e.message.split(" exists")[0] for e in events] == ["ClusterRole x", "Service b/y"]
+
+
+def test_labelling_problems_name_three_nodes_and_count_the_rest() -> None:
+    assert _labelling_problem({}, 0) is None
+    assert _labelling_problem({}, 4) == (OPERANDS_NOT_READY, "waiting for the DRA labels of 4 nodes to be set")
+    errors: dict[str, tuple[int | None, str]] = {f"gpu-{i}": (500, "boom") for i in range(5, 0, -1)}
+    reason, message = _labelling_problem(errors, 5) or ("", "")
+    assert reason == RECONCILE_FAILED
+    assert message == (
+        "cannot set the DRA labels of 5 nodes: node gpu-1: boom; node gpu-2: boom; node gpu-3: boom; and 2 more"
+    )
+    errors["gpu-9"] = (403, "forbidden")
+    assert (_labelling_problem(errors, 0) or ("", ""))[0] == PERMISSION_DENIED
+
+
+def test_a_workload_not_in_the_cache_is_not_ready() -> None:
+    [status] = _workload_statuses([PLUGIN], observed())
+    assert (status.kind, status.name, status.ready) == ("DaemonSet", PLUGIN[2], False)
+
+
+def test_readiness_reports_conflicts_before_labels_and_labels_before_workloads() -> None:
+    slices = [{"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+               "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}]}}]  # fmt: skip
+    seen = observed(label_errors={"gpu-1": (500, "boom")}, slices=slices)
+    conflict = _readiness(gpucluster(), seen, ["ServiceAccount x/y"], [PLUGIN])
+    assert (conflict.state, conflict.reason) == ("notReady", OPERAND_CONFLICT)
+    assert conflict.inventory is not None and conflict.inventory["nodes"] == 1
+    labels = _readiness(gpucluster(), seen, [], [PLUGIN])
+    assert (labels.reason, labels.message) == (
+        RECONCILE_FAILED,
+        "cannot set the DRA labels of 1 nodes: node gpu-1: boom",
+    )
+    workloads = _readiness(gpucluster(), observed(), [], [PLUGIN])
+    assert (workloads.state, workloads.reason) == ("notReady", OPERANDS_NOT_READY) and PLUGIN[2] in workloads.message
+    assert _readiness(gpucluster(), observed(), [], []).state == "ready"

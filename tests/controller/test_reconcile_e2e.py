@@ -164,13 +164,13 @@ async def test_gpucluster_becomes_ready_and_steady_state_writes_nothing(env: Env
     assert next(c for c in gc["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
 
     # Steady state: three resyncs, zero writes.
-    writes = controller.reconciler.writes
+    writes = controller.reconciler.api.writes
     passes = controller.passes
     for _ in range(3):
         controller.resync()
         await env.wait(lambda p=passes: _passed(controller, p))
         passes = controller.passes
-    assert controller.reconciler.writes == writes
+    assert controller.reconciler.api.writes == writes
 
 
 async def _passed(controller: Controller, passes: int) -> bool:
