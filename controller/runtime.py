@@ -11,9 +11,10 @@ workers on one key, rate-limited retries):
   ``max_backoff``, and after ``report_failures_after`` in a row show in status.
 * ``nodes`` (labels, controller/labeller.py): a node's own events, and claims allocated on it;
   ``node_workers`` at once.
-* ``pods`` (pending pods: explanations, stranded pods): a pod's own events, and every pending
-  pod when slices, classes or claims change; the allocator runs in the worker process, with a
-  deadline, never on the event loop.
+* ``pods`` (pending pods: explanations, stranded pods): a pod's own events, and the pods a
+  claim, slice or class event concerns (a claim's own pods, or every waiting pod when devices were
+  taken or freed; for slices and classes, controller/affected.py); the allocator runs in the
+  worker process, with a deadline, never on the event loop.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gpucluster.api.gpucluster import SINGLETON_NAME
+from gpucluster.claimtemplates import published
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.controller.affected import pods_for_class_change, pods_for_slice_change, spec_fingerprint
 from gpucluster.controller.explain import REASON as EXPLAIN_REASON
 from gpucluster.controller.explain import Explainer, claim_users
 from gpucluster.controller.holders import allocated_devices
@@ -165,6 +168,8 @@ class Controller:
         self._failures = 0
         self._clusters_seen: dict[str, tuple[Any, ...]] = {}  # what of a GPUCluster a reconcile reads
         self._claim_devices: dict[str, frozenset[tuple[str, str, str]]] = {}  # claim -> devices it was allocated
+        self._specs: dict[tuple[str, str], bytes] = {}  # (kind, name) of a slice or class -> its spec
+        self._profiles: frozenset[str] | None = published(self.state).mig_profiles
         self.synced = False
         self.reflectors: list[Reflector] = []
         self.elector: Any = None
@@ -241,8 +246,22 @@ class Controller:
                 self._clusters_seen[name] = seen
                 self.resync()
         elif kind in ("ResourceSlice", "DeviceClass"):
+            name = str(metadata(obj).get("name"))
+            spec = None if type_ == "DELETED" else spec_fingerprint(obj)
+            spec_before = self._specs.pop((kind, name), None)
+            if spec is not None:
+                self._specs[(kind, name)] = spec
+            if spec == spec_before:
+                return  # a relist or a metadata change: no answer and no inventory changes
             self.resync()
-            self._all_pods()
+            pods = self.state.list("Pod")
+            if kind == "DeviceClass":
+                affected = pods_for_class_change(name, pods, self.state)
+            else:
+                profiles, self._profiles = self._profiles, published(self.state).mig_profiles
+                affected = pods_for_slice_change(pods, profiles_changed=profiles != self._profiles)
+            for key in affected:
+                self.pods.add(key)
         else:  # ClusterPolicy, the objects we own
             self.resync()
 
@@ -255,7 +274,16 @@ class Controller:
             self._all_pods()
         else:
             if kind in ("ResourceClaim", "ResourceSlice", "DeviceClass"):
-                self._all_pods()
+                self._all_pods()  # events may have been missed: every answer may have changed
+            if kind in ("ResourceSlice", "DeviceClass"):
+                self._specs = {k: v for k, v in self._specs.items() if k[0] != kind}
+                self._specs.update(
+                    ((kind, str(metadata(o).get("name"))), fp)
+                    for o in self.state.list(kind)
+                    if (fp := spec_fingerprint(o)) is not None
+                )
+                if kind == "ResourceSlice":
+                    self._profiles = published(self.state).mig_profiles
             self.resync()
 
     # ------------------------------------------------------------------ syncs

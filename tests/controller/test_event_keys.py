@@ -56,10 +56,12 @@ def test_a_pod_event_queues_that_pod() -> None:
     assert queued(c) == {"gpucluster": set(), "nodes": set(), "pods": {"ml/train"}}
 
 
-def test_slices_and_claims_queue_the_gpucluster_and_the_pending_pods() -> None:
+def test_slices_and_claims_queue_the_gpucluster_and_the_pending_pods_with_claims() -> None:
     c = controller()
-    c._on_event("ADDED", {"kind": "ResourceSlice", "metadata": {"name": "s"}})
-    assert queued(c) == {"gpucluster": {SINGLETON_NAME}, "nodes": set(), "pods": {"ml/train"}}
+    c.state.upsert("Pod", dict(WAITING[0]))
+    c._on_event("ADDED", {"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {"devices": []}})
+    # ml/train has no claims, and no MIG profile came or went: no answer of its can change
+    assert queued(c) == {"gpucluster": {SINGLETON_NAME}, "nodes": set(), "pods": {"ml/w0"}}
     claim = {
         "kind": "ResourceClaim",
         "metadata": {"name": "c", "namespace": "ml"},
@@ -179,3 +181,94 @@ def test_a_relist_forgets_pending_nodes_that_are_gone() -> None:
     c.state.replace("Node", [dict(GPU_NODE), dict(CPU_NODE)])  # deleted while the watch was down
     c._on_list("Node")
     assert c.labeller.pending == set()
+
+
+def gpu_slice(node: str, *devices: dict[str, Any], generation: int = 1, rv: str = "1") -> dict[str, Any]:
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu", "resourceVersion": rv, "labels": {"x": rv}},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node, "generation": generation,
+                 "resourceSliceCount": 1}, "devices": list(devices)},
+    }  # fmt: skip
+
+
+def gpu(name: str, profile: str | None = None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"type": {"string": "mig" if profile else "gpu"}}
+    if profile:
+        attributes["profile"] = {"string": profile}
+    return {"name": name, "attributes": attributes}
+
+
+LEGACY = {
+    "kind": "Pod",
+    "metadata": {"name": "legacy", "namespace": "ml"},
+    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+}
+
+
+def test_a_slice_event_that_changes_no_device_queues_nothing() -> None:
+    # A relist or a label or managedFields write at 10k nodes must not re-explain every waiting pod.
+    c = controller_with_waiting_pods()
+    c.state.upsert("ResourceSlice", gpu_slice("gpu-0", gpu("gpu-0")))
+    c._on_event("ADDED", gpu_slice("gpu-0", gpu("gpu-0")))
+    c.pods, c.clusters = type(c.pods)("pods"), type(c.clusters)("gpucluster")  # drained
+    changed_metadata = gpu_slice("gpu-0", gpu("gpu-0"), rv="2")
+    c.state.upsert("ResourceSlice", changed_metadata)
+    c._on_event("MODIFIED", changed_metadata)
+    assert queued(c) == {"gpucluster": set(), "nodes": set(), "pods": set()}
+    new_device = gpu_slice("gpu-0", gpu("gpu-0"), gpu("gpu-1"), generation=2, rv="3")
+    c.state.upsert("ResourceSlice", new_device)
+    c._on_event("MODIFIED", new_device)
+    assert queued(c)["gpucluster"] == {SINGLETON_NAME}
+    assert queued(c)["pods"] == {"ml/w0", "ml/w1", "ml/w2", "ml/named", "dev/named"}
+
+
+def test_a_slice_queues_pods_without_claims_only_when_the_published_mig_profiles_change() -> None:
+    c = controller_with_waiting_pods()
+    c.state.upsert("Pod", dict(LEGACY))
+    with_mig = gpu_slice("gpu-0", gpu("gpu-0-mig-0", profile="1g.10gb"))
+    c.state.upsert("ResourceSlice", with_mig)
+    c._on_event("ADDED", with_mig)
+    assert "ml/legacy" in queued(c)["pods"]  # a profile was published: the declined pod's reason changes
+    c.pods = type(c.pods)("pods")
+    more = gpu_slice("gpu-0", gpu("gpu-0-mig-0", profile="1g.10gb"), gpu("gpu-0-mig-1", profile="1g.10gb"), rv="2")
+    c.state.upsert("ResourceSlice", more)
+    c._on_event("MODIFIED", more)
+    assert "ml/legacy" not in queued(c)["pods"] and "ml/w0" in queued(c)["pods"]
+    c.pods = type(c.pods)("pods")
+    c.state.delete("ResourceSlice", more)
+    c._on_event("DELETED", more)
+    assert "ml/legacy" in queued(c)["pods"]  # the profile is gone again
+
+
+def test_a_class_event_queues_the_pods_whose_claims_ask_for_it() -> None:
+    c = controller_with_waiting_pods()
+    asks = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    asks_mig = {
+        "devices": {"requests": [{"name": "g", "firstAvailable": [{"name": "a", "deviceClassName": "mig.nvidia.com"}]}]}
+    }
+    shared = {**claim("shared"), "spec": asks}
+    c.state.upsert("ResourceClaim", shared)
+    for i, spec in ((0, asks), (1, asks_mig)):
+        made = {**claim(f"w{i}-gpu"), "spec": spec}
+        c.state.upsert("ResourceClaim", made)
+        pod = dict(WAITING[i], status={"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": f"w{i}-gpu"}]})
+        c.state.upsert("Pod", pod)
+    gpu_class = {"kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"}, "spec": {"selectors": []}}
+    c._on_event("ADDED", gpu_class)
+    # w2's claim does not exist yet (what it will ask for is unknown); dev/named's "shared" is not in ml
+    assert queued(c)["pods"] == {"ml/w0", "ml/named", "ml/w2", "dev/named"}
+    c.pods = type(c.pods)("pods")
+    c._on_event("MODIFIED", {**gpu_class, "metadata": {"name": "gpu.nvidia.com", "labels": {"a": "b"}}})
+    assert queued(c)["pods"] == set()
+
+
+def test_the_classes_a_claim_asks_for_in_each_api_version() -> None:
+    from gpucluster.controller.affected import requested_classes
+
+    v1 = {"devices": {"requests": [{"name": "a", "exactly": {"deviceClassName": "x"}},
+                                   {"name": "b", "firstAvailable": [{"name": "s", "deviceClassName": "y"}]}]}}  # fmt: skip
+    v1beta1 = {"devices": {"requests": [{"name": "a", "deviceClassName": "z"}]}}
+    assert requested_classes({"spec": v1}) == {"x", "y"}
+    assert requested_classes({"spec": v1beta1}) == {"z"}
+    assert requested_classes({"spec": {"devices": {"requests": "not a list"}}}) == set()
