@@ -37,6 +37,7 @@ from gpucluster.dra.claims import (
     parse_claim,
     parse_device_class,
 )
+from gpucluster.dra.explanation import RequestReport
 from gpucluster.dra.model import (
     AllocatorInputError,
     DeviceKey,
@@ -47,7 +48,8 @@ from gpucluster.dra.model import (
     parse_quantity,
 )
 from gpucluster.dra.pools import Pool, Slice, check_slice_for_version, gather_pools, parse_slice
-from gpucluster.dra.search import DEFAULT_DEADLINE_MS, DEFAULT_MAX_STEPS, ExplainContext, NodeSearch, RequestReport
+from gpucluster.dra.search import NodeSearch
+from gpucluster.dra.searchtypes import DEFAULT_DEADLINE_MS, DEFAULT_MAX_STEPS, ExplainContext
 
 __all__ = [
     "AllocatedDevice",

@@ -59,9 +59,9 @@ class Device:
     multi: bool = False  # allowMultipleAllocations: shared among allocations with DRAConsumableCapacity
     capacity_policies: bool | None = None  # some capacity has a requestPolicy (None: not looked at yet)
     # Why CEL cannot see the device (an attribute that does not convert), "" if it can; None:
-    # not checked yet (see search.NodeSearch._selectors).
+    # not checked yet (see selection.DeviceSelection.check).
     conversion_error: str | None = None
-    # attribute name -> comparable value, filled by the allocator's constraints (see search.value_of)
+    # attribute name -> comparable value, filled by the allocator's constraints (see constraints.value_of)
     values: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
