@@ -164,29 +164,17 @@ def test_a_pod_with_a_claim_template_is_explained_through_its_generated_claim(cl
     assert out.stderr == ""  # the sandbox's resourceclaim controller generated it
 
 
-class FakeKube:
-    def __init__(self, objects: dict[str, dict[str, Any]]) -> None:
-        self.objects = objects
-        self.read: list[str] = []
-
-    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
-        self.read.append(path)
-        return self.objects[path]
-
-
 def test_pod_claims_come_from_the_claim_the_template_or_the_generated_claim() -> None:
     import asyncio
 
     from gpucluster.cli import explain_live
+    from tests.kit.fakekube import FakeKube
 
     dra = "/apis/resource.k8s.io/v1/namespaces/team"
-    kube = FakeKube(
-        {
-            f"{dra}/resourceclaims/shared": _claim("shared", 1),
-            f"{dra}/resourceclaims/p-gen-abc": _claim("p-gen-abc", 2),
-            f"{dra}/resourceclaimtemplates/t": _template("t", 3),
-        }
-    )
+    kube = FakeKube()
+    kube.put(_claim("shared", 1), path=f"{dra}/resourceclaims/shared")
+    kube.put(_claim("p-gen-abc", 2), path=f"{dra}/resourceclaims/p-gen-abc")
+    kube.put(_template("t", 3), path=f"{dra}/resourceclaimtemplates/t")
     pod = _pod(
         "p",
         [
@@ -197,9 +185,9 @@ def test_pod_claims_come_from_the_claim_the_template_or_the_generated_claim() ->
     )
     pod["metadata"]["namespace"] = "team"
     pod["status"] = {"resourceClaimStatuses": [{"name": "gen", "resourceClaimName": "p-gen-abc"}]}
-    claims, notes = asyncio.run(explain_live._pod_claims(kube, pod))  # type: ignore[arg-type]
+    claims, notes = asyncio.run(explain_live._pod_claims(kube, pod))
     assert [c["kind"] for c in claims] == ["ResourceClaim", "ResourceClaim", "ResourceClaimTemplate"]
-    assert kube.read == [
+    assert kube.paths() == [
         f"{dra}/resourceclaims/shared",
         f"{dra}/resourceclaims/p-gen-abc",
         f"{dra}/resourceclaimtemplates/t",

@@ -22,6 +22,7 @@ from gpucluster.policy import Settings
 from gpucluster.webhook.admission import admit
 from tests import test_allocator as t
 from tests.chart.helm import DOCS_PREINSTALLED, render_error, render_recipe
+from tests.kit.fakekube import FakeKube
 from tests.webhook.reviews import review
 
 TAINTED = [t.rslice("s1", "n1", "p1", t.dev("d1", taints=[t.taint()])), t.device_class()]
@@ -102,27 +103,18 @@ def test_webhook_flag_errors_are_clear(tmp_path: Path) -> None:
     assert webhook_command.feature_gates("DRADeviceTaints=1", "1.34") == (("DRADeviceTaints", True),)
 
 
-class FakeKube:
-    def __init__(self, answer: dict[str, Any] | Exception) -> None:
-        self.answer = answer
-
-    async def get(self, path: str) -> dict[str, Any]:
-        assert path == "/version"
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
 async def test_webhook_and_controller_default_to_the_server_version() -> None:
-    kube: Any = FakeKube({"major": "1", "minor": "36", "gitVersion": "v1.36.0"})
+    kube = FakeKube(served={"/version": {"major": "1", "minor": "36", "gitVersion": "v1.36.0"}})
     assert await webhook_command.server_version(kube) == "1.36"
     options = await controller_command.allocator_options(kube, "DRADeviceTaints=false")
     assert options == {"kubernetes_version": "1.36", "feature_gates": {"DRADeviceTaints": False}}
-    unreachable: Any = FakeKube(OSError("connection refused"))
+    unreachable = FakeKube()
+    unreachable.fail("GET", "/version", OSError("connection refused"))
     assert await webhook_command.server_version(unreachable) == "1.34"
     assert (await controller_command.allocator_options(unreachable, ""))["kubernetes_version"] == "1.34"
     with pytest.raises(InputError, match="--feature-gates: cannot set feature gate DRAAdminAccess to false"):
         await controller_command.allocator_options(kube, "DRAAdminAccess=false")
+    assert set(kube.paths() + unreachable.paths()) == {"/version"}  # the version is all they ask
 
 
 def test_controller_refuses_malformed_gates_before_connecting() -> None:

@@ -31,6 +31,7 @@ from gpucluster.translate import (
     translate_pod,
     translate_pod_spec,
 )
+from tests.kit.pods import defaulted_container, defaulted_pod
 
 KUBERNETES_VERSION = "1.34"
 ANNOTATION = "gpucluster.nvidia.com/translated-from"
@@ -51,34 +52,14 @@ def container(
     *,
     image: str = "nvcr.io/nvidia/cuda:12.6.2-base-ubi9",
     sidecar: bool = False,
-    defaulted: bool = True,
 ) -> dict[str, Any]:
-    """A container as the API server defaults it (limits copied into missing requests)."""
+    """A container as written in a manifest (:func:`api_pod` defaults it)."""
     resources: dict[str, Any] = {}
     if limits:
         resources["limits"] = dict(limits)
-    reqs = dict(requests or {})
-    if defaulted and limits:
-        for k, v in limits.items():
-            reqs.setdefault(k, v)
-    if reqs:
-        resources["requests"] = reqs
-    c: dict[str, Any] = {
-        "name": name,
-        "image": image,
-        "command": ["sleep", "infinity"],
-        "resources": resources,
-        "volumeMounts": [
-            {
-                "name": "kube-api-access-x7k2p",
-                "readOnly": True,
-                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-            }
-        ],
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File",
-        "imagePullPolicy": "IfNotPresent",
-    }
+    if requests:
+        resources["requests"] = dict(requests)
+    c: dict[str, Any] = {"name": name, "image": image, "command": ["sleep", "infinity"], "resources": resources}
     if sidecar:
         c["restartPolicy"] = "Always"
     return c
@@ -91,8 +72,10 @@ def api_pod(
     namespace: str | None = "ml",
     annotations: dict[str, str] | None = None,
     resource_claims: list[dict[str, Any]] | None = None,
+    defaulted: bool = True,
 ) -> dict[str, Any]:
-    """A Pod as a mutating webhook receives it from a ReplicaSet's CREATE."""
+    """A Pod as a mutating webhook receives it from a ReplicaSet's CREATE (``defaulted=False``:
+    limits not copied into requests, as a manifest is written)."""
     metadata: dict[str, Any] = {
         "generateName": "trainer-7d9f8b6c5-",
         "labels": {"app": "trainer", "pod-template-hash": "7d9f8b6c5"},
@@ -121,60 +104,10 @@ def api_pod(
         metadata["namespace"] = namespace
     if annotations:
         metadata["annotations"] = dict(annotations)
-    spec: dict[str, Any] = {
-        "volumes": [
-            {
-                "name": "kube-api-access-x7k2p",
-                "projected": {
-                    "sources": [
-                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                        {
-                            "downwardAPI": {
-                                "items": [
-                                    {
-                                        "path": "namespace",
-                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                                    }
-                                ]
-                            }
-                        },
-                    ],
-                    "defaultMode": 420,
-                },
-            }
-        ],
-        "containers": containers,
-        "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 30,
-        "dnsPolicy": "ClusterFirst",
-        "serviceAccountName": "default",
-        "serviceAccount": "default",
-        "securityContext": {},
-        "schedulerName": "default-scheduler",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
-        "priority": 0,
-        "enableServiceLinks": True,
-        "preemptionPolicy": "PreemptLowerPriority",
-    }
-    if init_containers:
-        spec["initContainers"] = init_containers
-    if resource_claims:
-        spec["resourceClaims"] = resource_claims
-    return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": spec, "status": {}}
+    spec = {"resourceClaims": resource_claims} if resource_claims else {}
+    return defaulted_pod(
+        containers, init_containers or (), metadata=metadata, spec=spec, requests_from_limits=defaulted
+    )
 
 
 def run(pod: dict[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Translation]:
@@ -524,7 +457,7 @@ def test_translating_a_translated_pod_changes_nothing() -> None:
 
 def test_new_gpu_request_in_an_already_translated_pod_is_reported() -> None:
     once, _ = run(api_pod([container("cuda", {GPU: "1"})]))
-    once["spec"]["containers"].append(container("late", {GPU: "1"}))
+    once["spec"]["containers"].append(defaulted_container(container("late", {GPU: "1"})))
     again, t = translate_pod(once)
     assert again == once and not t.changed
     assert t.problems == [f"pod already translated ({ANNOTATION} is set); GPU requests of late left unchanged"]
@@ -534,7 +467,7 @@ def test_new_gpu_request_in_an_already_translated_pod_is_reported() -> None:
 
 
 def test_limits_only_manifest_is_translated_like_the_defaulted_pod() -> None:
-    undefaulted = api_pod([container("cuda", {GPU: 2, "cpu": "1"}, defaulted=False)])
+    undefaulted = api_pod([container("cuda", {GPU: 2, "cpu": "1"})], defaulted=False)
     defaulted = api_pod([container("cuda", {GPU: 2, "cpu": "1"})])
     out_u, t_u = run(undefaulted)
     out_d, t_d = run(defaulted)
@@ -704,7 +637,7 @@ def test_generate_name_pod_takes_the_namespace_argument() -> None:
 
 def test_template_names_depend_on_content_only() -> None:
     a = translate_pod_spec(api_pod([container("x", {GPU: "2"})])["spec"], namespace="a")
-    b = translate_pod_spec(api_pod([container("other-name", {GPU: 2}, defaulted=False)])["spec"], namespace="b")
+    b = translate_pod_spec(api_pod([container("other-name", {GPU: 2})], defaulted=False)["spec"], namespace="b")
     c = translate_pod_spec(api_pod([container("x", {GPU: "3"})])["spec"], namespace="a")
     name = a.templates[0]["metadata"]["name"]
     assert name == b.templates[0]["metadata"]["name"]

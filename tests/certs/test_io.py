@@ -14,7 +14,7 @@ import pytest
 from gpucluster.certs import files, inject, rotation, rotator
 from gpucluster.webhook import configurations
 from gpucluster.webhook.tls import ReloadingTLS
-from tests.certs.fakekube import FakeKube
+from tests.kit.fakekube import FakeKube
 
 NS, SVC, SECRET = "gpu-operator", "gpucluster-webhook", "gpucluster-webhook-certs"
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
@@ -28,15 +28,15 @@ def ours() -> list[dict[str, object]]:
 
 def install_configs(kube: FakeKube) -> None:
     validating, mutating = ours()
-    kube.put_object(f"{VWC}/{configurations.VALIDATING_NAME}", validating)
-    kube.put_object(f"{MWC}/{configurations.MUTATING_NAME}", mutating)
+    kube.put(validating)
+    kube.put(mutating)
     # Another tool's configuration, same label, other name: never touched.
     other = {**validating, "metadata": {"name": "someone-else", "labels": dict(configurations.MANAGED_LABELS)}}
-    kube.put_object(f"{VWC}/someone-else", other)
+    kube.put(other)
 
 
 def bundles(kube: FakeKube, path: str) -> list[bytes]:
-    return inject.injected_bundles({**kube.objects[path], "kind": "ValidatingWebhookConfiguration"})
+    return inject.injected_bundles({**kube.object(path), "kind": "ValidatingWebhookConfiguration"})
 
 
 # --- injection (pure) ---------------------------------------------------------------------------
@@ -153,7 +153,7 @@ async def test_rotate_once_bootstraps_injects_and_writes_files(tmp_path: Path) -
     opts = rotator.RotateOptions(namespace=NS, secret=SECRET, service=SVC, cert_dir=tmp_path)
     result = await rotator.rotate_once(kube, opts)
     assert result.plan.action is rotation.Action.BOOTSTRAP and result.wrote_secret and result.wrote_files
-    secret = kube.objects[f"{SECRETS}/{SECRET}"]
+    secret = kube.object(f"{SECRETS}/{SECRET}")
     assert secret["type"] == "kubernetes.io/tls"
     bundle = base64.b64decode(secret["data"]["ca.crt"])
     assert bundles(kube, f"{VWC}/{configurations.VALIDATING_NAME}") == [bundle] * 5
@@ -168,27 +168,19 @@ async def test_rotate_once_bootstraps_injects_and_writes_files(tmp_path: Path) -
 async def test_rotate_fills_a_chart_created_secret_and_survives_a_conflict() -> None:
     kube = FakeKube()
     empty = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": SECRET, "namespace": NS}}
-    kube.put_object(f"{SECRETS}/{SECRET}", empty)
-    real = kube.request
-
-    async def racing(method: str, path: str, **kw: object) -> dict[str, object]:
-        if method == "PUT" and not racing.done:  # type: ignore[attr-defined]
-            racing.done = True  # type: ignore[attr-defined]
-            kube.put_object(path, kube.objects[path])  # someone else wrote first
-        return await real(method, path, **kw)  # type: ignore[arg-type]
-
-    racing.done = False  # type: ignore[attr-defined]
-    kube.request = racing  # type: ignore[method-assign]
+    kube.put(empty)
+    # Someone else writes first: the first PUT is stale.
+    race = kube.on("PUT", SECRETS, lambda call: kube.put(kube.object(call.path)), times=1)
     result = await rotator.rotate_once(kube, rotator.RotateOptions(NS, SECRET, SVC, inject=False))
-    assert result.wrote_secret and kube.objects[f"{SECRETS}/{SECRET}"]["type"] == "Opaque"
-    assert set(kube.objects[f"{SECRETS}/{SECRET}"]["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    assert race not in kube.hooks  # the race was run
+    assert result.wrote_secret and kube.object(f"{SECRETS}/{SECRET}")["type"] == "Opaque"
+    assert set(kube.object(f"{SECRETS}/{SECRET}")["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
 
 
 async def test_reports_of_live_replicas_are_recorded(tmp_path: Path) -> None:
     kube = FakeKube()
     slices = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
-    kube.put_object(
-        f"{slices}/s1",
+    kube.put(
         {
             "metadata": {"name": "s1", "labels": {"kubernetes.io/service-name": SVC}},
             "endpoints": [
@@ -196,13 +188,14 @@ async def test_reports_of_live_replicas_are_recorded(tmp_path: Path) -> None:
                 {"conditions": {"ready": False}, "targetRef": {"kind": "Pod", "name": "pod-gone"}},
             ],
         },
+        path=f"{slices}/s1",
     )
     opts = rotator.RotateOptions(NS, SECRET, SVC, replica="pod-a", probe=("127.0.0.1", 1), inject=False)
     await rotator.rotate_once(kube, opts)  # nothing listens on port 1: no report yet
-    secret = kube.objects[f"{SECRETS}/{SECRET}"]
+    secret = kube.object(f"{SECRETS}/{SECRET}")
     assert rotation.SERVING_REPORTS not in secret["metadata"].get("annotations", {})
     assert await rotator.live_replicas(kube, NS, SVC) == ["pod-a"]
-    kube.forbidden.add(slices)
+    kube.fail("*", slices, 403)
     assert await rotator.live_replicas(kube, NS, SVC) is None
 
 
@@ -233,22 +226,15 @@ async def test_probe_reads_the_served_certificate(tmp_path: Path) -> None:
 async def test_inject_retries_a_concurrent_write() -> None:
     kube = FakeKube()
     install_configs(kube)
-    real = kube.request
-    bumped: list[str] = []
-
-    async def racing(method: str, path: str, **kw: object) -> dict[str, object]:
-        if method == "PATCH" and not bumped:
-            bumped.append(path)
-            kube.put_object(path, kube.objects[path])  # the resourceVersion moves on
-        return await real(method, path, **kw)  # type: ignore[arg-type]
-
-    kube.request = racing  # type: ignore[method-assign]
+    # The resourceVersion moves on before the first PATCH: its test fails, and it is retried.
+    race = kube.on("PATCH", "", lambda call: kube.put(kube.object(call.path)), times=1)
     results = await inject.inject(kube, b"CA", generation=1)
     assert [(i.name, i.changed) for i in results] == [
         (configurations.MUTATING_NAME, True),
         (configurations.VALIDATING_NAME, True),
     ]
     assert bundles(kube, f"{VWC}/{configurations.VALIDATING_NAME}") == [b"CA"] * 5
+    assert race not in kube.hooks
 
 
 async def test_serving_continues_across_a_ca_rotation_under_loopback_load(tmp_path: Path) -> None:
@@ -340,12 +326,12 @@ async def test_sidecar_injects_soon_into_configurations_created_after_it_started
     task = asyncio.create_task(rotator.rotate_forever(kube, opts, interval=300, stop=stop))
     try:
         async with asyncio.timeout(5):  # the first pass ran and found no configuration
-            while f"{SECRETS}/{SECRET}" not in kube.objects:
+            while not kube.has(f"{SECRETS}/{SECRET}"):
                 await asyncio.sleep(0.01)
         install_configs(kube)
         path = f"{VWC}/{configurations.VALIDATING_NAME}"
         async with asyncio.timeout(5):  # well before the 300 s interval
-            while bundles(kube, path) != [base64.b64decode(kube.objects[f"{SECRETS}/{SECRET}"]["data"]["ca.crt"])] * 5:
+            while bundles(kube, path) != [base64.b64decode(kube.object(f"{SECRETS}/{SECRET}")["data"]["ca.crt"])] * 5:
                 await asyncio.sleep(0.05)
     finally:
         stop.set()

@@ -12,6 +12,7 @@ from gpucluster.controller.leader import LeaderElector
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.sandbox.server import Sandbox
 from tests.e2e.backends import SANDBOX, backends
+from tests.kit.fakekube import FakeKube
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller"
 
@@ -93,28 +94,19 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_expires(kube: Kube) 
     await task_b
 
 
-class _Flaky:
+def flaky() -> FakeKube:
     """A client whose first call drops the connection (an aiohttp error, not an OSError), then hangs."""
+    import aiohttp
 
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def get(self, path: str, query: object = None) -> dict[str, object]:
-        self.calls += 1
-        if self.calls == 1:
-            import aiohttp
-
-            raise aiohttp.ServerDisconnectedError()
-        await asyncio.Event().wait()  # a renew that never returns
-        raise AssertionError("unreachable")
-
-    async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
-        raise AssertionError("not reached")
+    client = FakeKube()
+    client.fail("*", "", aiohttp.ServerDisconnectedError(), times=1)
+    client.on("*", "", lambda call: asyncio.Event().wait())  # a renew that never returns
+    return client
 
 
 async def test_a_dropped_connection_does_not_kill_the_elector_and_a_hung_renew_steps_down() -> None:
-    client = _Flaky()
-    candidate = LeaderElector(client, "gpu-operator", "gpucluster-controller", "replica-a",  # type: ignore[arg-type]
+    client = flaky()
+    candidate = LeaderElector(client, "gpu-operator", "gpucluster-controller", "replica-a",
                               lease_duration=1.0, renew_deadline=0.3, retry_period=0.05)  # fmt: skip
     candidate._set_leader(True)  # leading when the trouble starts
     candidate._last_renew = candidate.monotonic()
@@ -122,6 +114,7 @@ async def test_a_dropped_connection_does_not_kill_the_elector_and_a_hung_renew_s
     task = asyncio.create_task(candidate.run(stop))
     # The hung renew is cut at the renew deadline: no longer the leader, well before the Lease expires.
     await asyncio.wait_for(candidate.is_follower.wait(), 2)
-    assert not task.done() and client.calls >= 2  # still contending after the disconnect
+    assert not task.done() and len(client.calls) >= 2  # still contending after the disconnect
     stop.set()
     await asyncio.wait_for(task, 5)
+    assert {c.method for c in client.calls} == {"GET"}  # no renewal got past reading the Lease

@@ -17,8 +17,10 @@ from gpucluster.controller.provision import (
 )
 from gpucluster.controller.stranded import REASON as STRANDED_REASON
 from gpucluster.controller.stranded import StrandedPods, stranded_resources
-from gpucluster.kube.client import KubeError
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
+from tests.kit.fakekube import FakeKube
+
+TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates"
 
 
 def translated(name: str = "p", namespace: str = "ml", gpus: int = 1, **extra: Any) -> dict[str, Any]:
@@ -79,41 +81,31 @@ def test_collectable_after_the_grace_period_only() -> None:
     assert collectable([template], set(), since, 125.0, 10.0) == [template]
 
 
-class FakeKube:
-    def __init__(self, existing: dict[str, dict[str, Any]]) -> None:
-        self.existing = existing
-        self.requests: list[tuple[str, str]] = []
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        self.requests.append((method, path))
-        name = kwargs.get("body", {}).get("metadata", {}).get("name", "")
-        if method == "POST" and name in self.existing:
-            raise KubeError(409, {"reason": "AlreadyExists"}, method, path)
-        return dict(kwargs.get("body") or {})
-
-    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
-        return self.existing[path.rsplit("/", 1)[-1]]
-
-
 async def test_collision_after_admission_is_a_warning_event_once() -> None:
     pod = translated()
     name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
-    foreign = {"metadata": {"name": name, "namespace": "ml"}, "spec": {"spec": {"devices": {"requests": []}}}}
-    kube = FakeKube({name: foreign})
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": []}}},
+    }
+    kube = FakeKube([foreign])
     events: list[tuple[str, str, str]] = []
 
     async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         events.append((type_, reason, message))
 
-    provisioner = Provisioner(kube, event=event)  # type: ignore[arg-type]
+    provisioner = Provisioner(kube, event=event)
     provisioner.state.replace("Pod", [pod])
     provisioner.state.replace("ResourceClaimTemplate", [])
     await provisioner.reconcile()
     await provisioner.reconcile()
     [(type_, reason, message)] = events
     assert (type_, reason) == ("Warning", CONFLICT_REASON) and f"ml/{name}" in message
-    assert [m for m, _ in kube.requests].count("POST") == 1  # backed off, reported once
-    assert ("PUT", f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/{name}") not in kube.requests
+    assert kube.paths("POST") == [TEMPLATES]  # backed off, reported once
+    assert f"{TEMPLATES}/{name}" not in kube.paths("PUT")
+    assert kube.object(f"{TEMPLATES}/{name}")["spec"] == foreign["spec"]  # the foreign template is left alone
 
 
 async def test_refused_annotation_is_a_warning_event() -> None:
@@ -124,7 +116,7 @@ async def test_refused_annotation_is_a_warning_event() -> None:
     async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         events.append(reason)
 
-    provisioner = Provisioner(FakeKube({}), event=event)  # type: ignore[arg-type]
+    provisioner = Provisioner(FakeKube(), event=event)
     provisioner.state.replace("Pod", [pod])
     provisioner.state.replace("ResourceClaimTemplate", [])
     await provisioner.reconcile()
@@ -193,18 +185,16 @@ async def test_stranded_pods_are_reported_once_and_deleted_only_when_owned_and_o
     assert deleted == ["owned"]
 
 
-class RefusingKube(FakeKube):
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        raise KubeError(403, {"reason": "Forbidden", "message": "namespace ml is being terminated"}, method, path)
-
-
 async def test_a_refused_create_is_reported_once_and_does_not_fail_the_pass() -> None:
     events: list[str] = []
 
     async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         events.append(message)
 
-    provisioner = Provisioner(RefusingKube({}), event=event)  # type: ignore[arg-type]
+    kube = FakeKube()
+    terminating = "unable to create new content in namespace ml because it is being terminated"
+    kube.fail("POST", TEMPLATES, 403, message=terminating)
+    provisioner = Provisioner(kube, event=event)
     provisioner.state.replace("Pod", [translated()])
     provisioner.state.replace("ResourceClaimTemplate", [])
     await provisioner.reconcile()

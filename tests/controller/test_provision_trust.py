@@ -26,9 +26,9 @@ from gpucluster.controller.provision import (
     plan,
     wanted_templates,
 )
-from gpucluster.kube.client import KubeError
 from gpucluster.policy import WEBHOOK_CONFIG
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, translate_pod_spec
+from tests.kit.fakekube import FakeKube
 
 RECORD = "gpucluster.nvidia.com/translated-from"
 # The template the webhook gives one container asking for nvidia.com/gpu: 1 (a fixture: the
@@ -183,57 +183,45 @@ def test_namespaces_take_turns() -> None:
     assert [queue.pop() for _ in range(3)] == [("victim", "v1"), ("flood", "t5"), ("late", "l0")]
 
 
-class Api:
-    """A fake API server: templates by name, pods by namespace, every request recorded."""
+TEMPLATES = "/apis/resource.k8s.io/v1/resourceclaimtemplates"  # in every namespace
+ML_TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates"
 
-    def __init__(self, templates: dict[str, dict[str, Any]] | None = None, pods: list[dict[str, Any]] | None = None):
-        self.templates = templates or {}
-        self.pods = pods or []
-        self.requests: list[tuple[str, str, Any]] = []
-        self.refuse_posts = 0  # the next N POSTs get a 403 (a quota)
-        self.hold: dict[str, asyncio.Event] = {}  # a POST of this name waits for the event
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        body: dict[str, Any] = kwargs.get("body") or {}
-        self.requests.append((method, path, body))
-        if method == "POST":
-            if self.refuse_posts:
-                self.refuse_posts -= 1
-                raise KubeError(403, {"message": "exceeded quota"}, method, path)
-            name = body["metadata"]["name"]
-            if name in self.hold:
-                await self.hold[name].wait()
-            if name in self.templates:
-                raise KubeError(409, {"reason": "AlreadyExists"}, method, path)
-            self.templates[name] = {
-                **body,
-                "metadata": {**body["metadata"], "uid": f"u-{name}", "resourceVersion": "1"},
-            }
-            return dict(self.templates[name])
-        if method == "DELETE":
-            self.templates.pop(path.rsplit("/", 1)[-1], None)
-        return {}
+def api(*templates: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> FakeKube:
+    """The API server with ``templates`` and ``pods`` (the pods it lists, besides those the provisioner knows)."""
+    kind = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
+    return FakeKube(
+        [*({**kind, **t} for t in templates), *({"apiVersion": "v1", "kind": "Pod", **p} for p in pods or [])]
+    )
 
-    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
-        self.requests.append(("GET", path, None))
-        if path.endswith("/pods"):
-            namespace = path.split("/")[4]
-            return {"items": [p for p in self.pods if p["metadata"]["namespace"] == namespace], "metadata": {}}
-        name = path.rsplit("/", 1)[-1]
-        if name not in self.templates:
-            raise KubeError(404, {}, "GET", path)
-        return self.templates[name]
+
+def template_names(kube: FakeKube) -> set[str]:
+    return {t["metadata"]["name"] for t in kube.objects(TEMPLATES)}
+
+
+def posts(kube: FakeKube) -> int:
+    return len(kube.paths("POST"))
+
+
+def hold(kube: FakeKube, name: str) -> asyncio.Event:
+    """Hold the create of the template ``name`` until the event is set (a slow create)."""
+    gate = asyncio.Event()
+    kube.on("POST", "", lambda call: gate.wait() if call.body["metadata"]["name"] == name else None)
+    return gate
 
 
 def provisioner(
-    api: Api, pods: list[dict[str, Any]], clock: list[float], **kw: Any
+    kube: FakeKube, pods: list[dict[str, Any]], clock: list[float], **kw: Any
 ) -> tuple[Provisioner, list[tuple[str, str]]]:
+    """A provisioner whose cache holds ``pods``, which the API server has too."""
     events: list[tuple[str, str]] = []
 
     async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         events.append((reason, message))
 
-    p = Provisioner(api, event=event, clock=lambda: clock[0], **kw)  # type: ignore[arg-type]
+    for pod in pods:
+        kube.put(pod)
+    p = Provisioner(kube, event=event, clock=lambda: clock[0], **kw)
     p.state.replace("Pod", pods)
     p.state.replace("ResourceClaimTemplate", [])
     p.state.replace("ResourceSlice", [])
@@ -249,8 +237,9 @@ async def test_a_squatted_name_gets_a_warning_that_tells_the_truth() -> None:
         "metadata": {"name": "gpucluster-gpu-7-df3119dd05", "namespace": "ml"},
         "spec": {"spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
     }
-    api = Api({"gpucluster-gpu-7-df3119dd05": squatter})
-    p, events = provisioner(api, [pod], [0.0])
+    kube = api(squatter)
+    squatted = kube.object(f"{ML_TEMPLATES}/gpucluster-gpu-7-df3119dd05")
+    p, events = provisioner(kube, [pod], [0.0])
     await p.reconcile()
     await p.reconcile()
     [(reason, message)] = events
@@ -259,35 +248,35 @@ async def test_a_squatted_name_gets_a_warning_that_tells_the_truth() -> None:
     assert "claim gpu-0 (ResourceClaim seven-gpu-0-abcde) was made from it" in message
     assert "gets 1 of gpu.nvidia.com instead of the 7 of gpu.nvidia.com it asked for" in message
     assert "cannot be made from it" not in message
-    assert api.templates["gpucluster-gpu-7-df3119dd05"] is squatter  # never overwritten
-    assert [m for m, _, _ in api.requests].count("POST") == 1  # backed off, not POSTed on every pass
+    assert kube.object(f"{ML_TEMPLATES}/gpucluster-gpu-7-df3119dd05") == squatted  # never overwritten
+    assert posts(kube) == 1  # backed off, not POSTed on every pass
 
 
 async def test_a_refused_create_backs_off_per_template() -> None:
     clock = [0.0]
-    api = Api()
-    api.refuse_posts = 3
-    p, events = provisioner(api, [one_gpu()], clock)
+    kube = api()
+    kube.fail("POST", "", 403, times=3, message="exceeded quota")  # the next 3 POSTs (a quota)
+    p, events = provisioner(kube, [one_gpu()], clock)
     for _ in range(20):  # 20 passes within the first second: one POST
         await p.reconcile()
-    assert [m for m, _, _ in api.requests].count("POST") == 1 and events[0][0] == REFUSED_REASON
+    assert posts(kube) == 1 and events[0][0] == REFUSED_REASON
     clock[0] = 1.5
     await p.reconcile()
     clock[0] = 2.0  # the second delay is 2 s: not yet
     await p.reconcile()
-    assert [m for m, _, _ in api.requests].count("POST") == 2
+    assert posts(kube) == 2
     clock[0] = 3.6
     await p.reconcile()
     clock[0] = 7.7
     await p.reconcile()
-    assert [m for m, _, _ in api.requests].count("POST") == 4 and ONE_GPU in api.templates
+    assert posts(kube) == 4 and ONE_GPU in template_names(kube)
 
 
 async def test_a_pod_that_waited_is_touched_once_the_template_exists() -> None:
-    api = Api()
-    p, _ = provisioner(api, [one_gpu("w")], [0.0])
+    kube = api()
+    p, _ = provisioner(kube, [one_gpu("w")], [0.0])
     await p.reconcile()
-    patches = [(path, body) for m, path, body in api.requests if m == "PATCH"]
+    patches = [(c.path, c.body) for c in kube.calls if c.method == "PATCH"]
     assert [path for path, _ in patches] == ["/api/v1/namespaces/ml/pods/w"]
     assert list(patches[0][1]["metadata"]["annotations"]) == [TOUCH_ANNOTATION]
 
@@ -307,39 +296,41 @@ async def until(condition: Any, what: str) -> None:
         await asyncio.sleep(0.005)
 
 
-def touched(api: Api) -> list[str]:
-    return [path.rsplit("/", 1)[-1] for m, path, _ in api.requests if m == "PATCH"]
+def touched(kube: FakeKube) -> list[str]:
+    return [path.rsplit("/", 1)[-1] for path in kube.paths("PATCH")]
 
 
 async def test_a_pod_is_touched_once_its_own_template_exists_not_the_whole_batch() -> None:
-    api = Api()
-    api.hold[ONE_GPU] = asyncio.Event()  # a slow create
-    p, _ = provisioner(api, [one_gpu("slow"), gpus("quick", 2, TWO_GPUS)], [0.0], concurrency=2)
+    kube = api()
+    slow = hold(kube, ONE_GPU)
+    p, _ = provisioner(kube, [one_gpu("slow"), gpus("quick", 2, TWO_GPUS)], [0.0], concurrency=2)
     await p.reconcile(wait=False)
-    await until(lambda: touched(api) == ["quick"], "the pod whose template exists is touched")
-    assert ONE_GPU not in api.templates  # while the other create is still under way
-    api.hold[ONE_GPU].set()
-    await until(lambda: touched(api) == ["quick", "slow"], "then the other")
+    await until(lambda: touched(kube) == ["quick"], "the pod whose template exists is touched")
+    assert ONE_GPU not in template_names(kube)  # while the other create is still under way
+    slow.set()
+    await until(lambda: touched(kube) == ["quick", "slow"], "then the other")
     await p.reconcile()  # nothing more: each pod is touched once
-    assert touched(api) == ["quick", "slow"] and [m for m, _, _ in api.requests].count("POST") == 2
+    assert touched(kube) == ["quick", "slow"] and posts(kube) == 2
 
 
 async def test_a_pod_that_arrives_during_a_batch_does_not_wait_for_it() -> None:
-    api = Api()
-    api.hold[ONE_GPU] = asyncio.Event()
-    p, _ = provisioner(api, [one_gpu("slow")], [0.0], concurrency=4)
+    kube = api()
+    slow = hold(kube, ONE_GPU)
+    p, _ = provisioner(kube, [one_gpu("slow")], [0.0], concurrency=4)
     await p.reconcile(wait=False)
-    await until(lambda: [m for m, _, _ in api.requests].count("POST") == 1, "the slow create is under way")
-    p.state.upsert("Pod", gpus("late", 3, THREE_GPUS, "other"))
+    await until(lambda: posts(kube) == 1, "the slow create is under way")
+    late = gpus("late", 3, THREE_GPUS, "other")
+    kube.put(late)
+    p.state.upsert("Pod", late)
     await p.reconcile(wait=False)  # the next pass, while the first pass's create still runs
-    await until(lambda: touched(api) == ["late"], "the late pod's template is created and the pod touched")
-    assert ONE_GPU not in api.templates and THREE_GPUS in api.templates
+    await until(lambda: touched(kube) == ["late"], "the late pod's template is created and the pod touched")
+    assert ONE_GPU not in template_names(kube) and THREE_GPUS in template_names(kube)
     # The slow template is not POSTed again while its create is under way.
     await p.reconcile(wait=False)
-    assert [m for m, _, b in api.requests if m == "POST" and b["metadata"]["name"] == ONE_GPU] == ["POST"]
-    api.hold[ONE_GPU].set()
+    assert [c.method for c in kube.calls if c.method == "POST" and c.body["metadata"]["name"] == ONE_GPU] == ["POST"]
+    slow.set()
     await p.reconcile()
-    assert touched(api) == ["late", "slow"]
+    assert touched(kube) == ["late", "slow"]
 
 
 async def test_a_pod_with_two_templates_is_touched_once_both_exist() -> None:
@@ -352,14 +343,14 @@ async def test_a_pod_with_two_templates_is_touched_once_both_exist() -> None:
     pod["spec"]["containers"].append({"name": "d", "image": "x"})
     wants, problems = wanted_templates(pod)
     assert problems == [] and sorted(wants) == [ONE_GPU, TWO_GPUS]
-    api = Api()
-    api.hold[ONE_GPU] = asyncio.Event()
-    p, _ = provisioner(api, [pod], [0.0], concurrency=2)
+    kube = api()
+    slow = hold(kube, ONE_GPU)
+    p, _ = provisioner(kube, [pod], [0.0], concurrency=2)
     await p.reconcile(wait=False)
-    await until(lambda: TWO_GPUS in api.templates, "one of its templates exists")
-    assert touched(api) == []
-    api.hold[ONE_GPU].set()
-    await until(lambda: touched(api) == ["both"], "touched once both exist")
+    await until(lambda: TWO_GPUS in template_names(kube), "one of its templates exists")
+    assert touched(kube) == []
+    slow.set()
+    await until(lambda: touched(kube) == ["both"], "touched once both exist")
 
 
 async def test_a_template_any_pod_names_is_never_collected() -> None:
@@ -377,20 +368,22 @@ async def test_a_template_any_pod_names_is_never_collected() -> None:
         "spec": ONE_GPU_SPEC,
     }  # fmt: skip
     clock = [0.0]
-    api = Api({ONE_GPU: ours}, pods=[migrated])
-    p, _ = provisioner(api, [], clock, grace_period=10.0)
-    p.state.replace("ResourceClaimTemplate", [ours])
+    kube = api(ours, pods=[migrated])
+    p, _ = provisioner(kube, [], clock, grace_period=10.0)
+    p.state.replace("ResourceClaimTemplate", kube.objects(TEMPLATES))
     for t in (0.0, 11.0, 30.0, 60.0):
         clock[0] = t
         await p.reconcile()
-    assert ONE_GPU in api.templates and not [r for r in api.requests if r[0] == "DELETE"]
-    api.pods = []  # the migrated pods are gone: collected once the grace period has passed again
+    assert ONE_GPU in template_names(kube) and not kube.paths("DELETE")
+    kube.remove(
+        "/api/v1/namespaces/ml/pods/m"
+    )  # the migrated pods are gone: collected once the grace period has passed again
     clock[0] = 65.0
     await p.reconcile()
-    assert ONE_GPU in api.templates
+    assert ONE_GPU in template_names(kube)
     clock[0] = 71.0
     await p.reconcile()
-    assert ONE_GPU not in api.templates
+    assert ONE_GPU not in template_names(kube)
 
 
 async def test_a_template_labelled_ours_by_someone_else_is_never_collected() -> None:
@@ -399,13 +392,13 @@ async def test_a_template_labelled_ours_by_someone_else_is_never_collected() -> 
                            "creationTimestamp": "2020-01-01T00:00:00Z"},
               "spec": ONE_GPU_SPEC}  # fmt: skip
     clock = [0.0]
-    api = Api({"precious": theirs})
-    p, _ = provisioner(api, [], clock, grace_period=1.0)
-    p.state.replace("ResourceClaimTemplate", [theirs])
+    kube = api(theirs)
+    p, _ = provisioner(kube, [], clock, grace_period=1.0)
+    p.state.replace("ResourceClaimTemplate", kube.objects(TEMPLATES))
     for t in (0.0, 5.0, 10.0):
         clock[0] = t
         await p.reconcile()
-    assert "precious" in api.templates and p.owned() == []
+    assert "precious" in template_names(kube) and p.owned() == []
 
 
 async def test_a_pod_is_translated_again_only_when_it_or_the_mig_profiles_change(monkeypatch: Any) -> None:
@@ -421,8 +414,7 @@ async def test_a_pod_is_translated_again_only_when_it_or_the_mig_profiles_change
     monkeypatch.setattr(provision, "wanted_templates", counting)
     pod = one_gpu("p")
     pod["metadata"]["resourceVersion"] = "7"
-    api = Api()
-    p, _ = provisioner(api, [pod], [0.0])
+    p, _ = provisioner(api(), [pod], [0.0])
     for _ in range(3):
         await p.reconcile()
     assert calls == ["p"]

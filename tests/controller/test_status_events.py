@@ -3,33 +3,19 @@ write when nothing changed, inventory-only changes coalesced."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gpucluster.clusterstate import ClusterState
-from gpucluster.controller.reconcile import Reconciler
+from gpucluster.controller.plan import Apply, Delete
+from gpucluster.controller.reconcile import Api, ChangeLog, Reconciler, StatusWrites
 from tests.controller import test_reconcile_e2e as base
 from tests.controller.test_day2 import DS_PATH, PLUGIN, wait_ready
 from tests.controller.test_reconcile_e2e import GC_PATH, GPUCLUSTER, Env
+from tests.kit.fakekube import FakeKube
 
 env = base.env  # the sandbox + controller fixture
 
 MERGE = "application/merge-patch+json"
-
-
-class FakeKube:
-    """Records writes; a status PATCH answers with the object as the API server would store it."""
-
-    def __init__(self, cluster: dict[str, Any]) -> None:
-        self.cluster = cluster
-        self.writes: list[tuple[str, str]] = []
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        self.writes.append((method, path))
-        if path.endswith("/status"):
-            self.cluster = {**copy.deepcopy(self.cluster), "status": kwargs["body"]["status"]}
-            return copy.deepcopy(self.cluster)
-        return {"metadata": {"name": "event-1"}}
 
 
 def stock(nodes: int) -> dict[str, Any]:
@@ -47,11 +33,12 @@ class Clock:
 async def test_inventory_changes_are_coalesced_but_state_changes_are_written_at_once() -> None:
     cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
                "metadata": {"name": "gpu-cluster", "generation": 1, "uid": "u"}}  # fmt: skip
-    kube = FakeKube(cluster)
+    kube = FakeKube([cluster])
     state = ClusterState()
-    state.upsert("GPUCluster", cluster)
+    state.upsert("GPUCluster", kube.object(f"{GC_PATH}/gpu-cluster"))
     clock = Clock()
-    rec = Reconciler(kube, state, clock=clock, inventory_interval=5.0, now=lambda: "2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+    api = Api(kube, now=lambda: "2026-01-01T00:00:00Z")
+    rec = Reconciler(api, state, status=StatusWrites(inventory_interval=5.0, clock=clock))
 
     async def report(state_: str, nodes: int) -> None:
         current = rec.state.get("GPUCluster", "gpu-cluster")
@@ -60,26 +47,44 @@ async def test_inventory_changes_are_coalesced_but_state_changes_are_written_at_
         await rec.set_status(current, state=state_, reason=reason, message=state_, inventory=stock(nodes))
 
     await report("ready", 1000)
-    assert rec.status_writes == 1
+    assert rec.status.writes == 1
     await report("ready", 1000)  # nothing changed: no write
-    assert rec.status_writes == 1
+    assert rec.status.writes == 1
     # 200 nodes leave one by one within a second: held back, due 5 s after the last write.
     for left in range(1, 201):
         clock.now += 0.005
         await report("ready", 1000 - left)
-    assert rec.status_writes == 1
-    assert rec._status_due == 1005.0
+    assert rec.status.writes == 1
+    assert rec.status.due == 1005.0
     # A change of state is written at once, with the latest inventory.
     await report("notReady", 800)
-    assert rec.status_writes == 2
-    assert kube.cluster["status"]["inventory"]["nodes"] == 800
-    assert rec._status_due is None
+    assert rec.status.writes == 2
+    assert kube.object(f"{GC_PATH}/gpu-cluster")["status"]["inventory"]["nodes"] == 800
+    assert rec.status.due is None
     # Once the interval has passed, the held-back inventory is written.
     await report("notReady", 799)
-    assert rec.status_writes == 2
+    assert rec.status.writes == 2
     clock.now += 5.0
     await report("notReady", 799)
-    assert rec.status_writes == 3 and kube.cluster["status"]["inventory"]["nodes"] == 799
+    assert rec.status.writes == 3 and kube.object(f"{GC_PATH}/gpu-cluster")["status"]["inventory"]["nodes"] == 799
+
+
+def test_one_event_per_kind_of_change_workloads_named_first_then_the_warnings() -> None:
+    log = ChangeLog()
+
+    def obj(kind: str) -> dict[str, Any]:
+        return {"kind": kind, "metadata": {"name": kind.lower()}}
+
+    log.changed(Apply(obj("Service"), "OperandCreated", "created Service"))
+    log.changed(Apply(obj("DeviceClass"), "OperandCreated", "created DeviceClass"))
+    log.changed(Delete(obj("Role"), reason="OperandPruned", message="deleted Role"))
+    log.changed(Apply(obj("DaemonSet"), "OperandCreated", "created DaemonSet"))
+    log.warnings.append(("ExtendedResourceNotServed", "dropped"))
+    assert log.events() == [
+        ("Normal", "OperandCreated", "created DaemonSet; created DeviceClass; created Service"),
+        ("Normal", "OperandPruned", "deleted Role"),
+        ("Warning", "ExtendedResourceNotServed", "dropped"),
+    ]
 
 
 async def _events(env: Env) -> list[dict[str, Any]]:
@@ -115,13 +120,13 @@ async def test_normal_events_for_operands_created_updated_and_pruned(env: Env) -
 
     # Steady state: no status writes, no events.
     await wait_ready(env)
-    writes, passes = controller.reconciler.status_writes, controller.passes
-    total = controller.reconciler.writes
+    writes, passes = controller.reconciler.status.writes, controller.passes
+    total = controller.reconciler.api.writes
     for _ in range(3):
         controller.resync()
         await env.wait(lambda p=passes: _true(controller.passes > p))
         passes = controller.passes
-    assert controller.reconciler.status_writes == writes and controller.reconciler.writes == total
+    assert controller.reconciler.status.writes == writes and controller.reconciler.api.writes == total
 
 
 async def _true(value: bool) -> bool:

@@ -21,6 +21,7 @@ from gpucluster.migrate import migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG, Settings
 from gpucluster.sandbox.server import SandboxThread
 from gpucluster.webhook.audit import decider
+from tests.kit.fakekube import FakeKube
 from tests.migrate import test_ecosystem
 from tests.migrate.conftest import INPUT, Main
 
@@ -232,35 +233,38 @@ def test_new_kinds_report_their_gpu_template() -> None:
 # ----------------------------------------------------------------------------- served versions
 
 
-class VersionsKube:
+def versions_kube() -> FakeKube:
     """kubeflow.org as a normal Kubeflow install serves it: PyTorchJob at v1 (preferred) and
     v1beta1, MPIJob only at v2beta1."""
-
-    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
-        if path == "/apis":
-            return {
-                "groups": [
-                    {
-                        "name": "kubeflow.org",
-                        "versions": [
-                            {"groupVersion": "kubeflow.org/v2beta1", "version": "v2beta1"},
-                            {"groupVersion": "kubeflow.org/v1", "version": "v1"},
-                            {"groupVersion": "kubeflow.org/v1beta1", "version": "v1beta1"},
-                        ],
-                        "preferredVersion": {"groupVersion": "kubeflow.org/v1", "version": "v1"},
-                    }
-                ]
-            }
-        pytorch = {"name": "pytorchjobs", "kind": "PyTorchJob", "verbs": ["get", "list"]}
-        if path in ("/apis/kubeflow.org/v1", "/apis/kubeflow.org/v1beta1"):
-            return {"resources": [pytorch]}
-        if path == "/apis/kubeflow.org/v2beta1":
-            return {"resources": [{"name": "mpijobs", "kind": "MPIJob", "verbs": ["list"]}]}
-        raise AssertionError(path)
+    pytorch = {"resources": [{"name": "pytorchjobs", "kind": "PyTorchJob", "verbs": ["get", "list"]}]}
+    group = {
+        "name": "kubeflow.org",
+        "versions": [
+            {"groupVersion": "kubeflow.org/v2beta1", "version": "v2beta1"},
+            {"groupVersion": "kubeflow.org/v1", "version": "v1"},
+            {"groupVersion": "kubeflow.org/v1beta1", "version": "v1beta1"},
+        ],
+        "preferredVersion": {"groupVersion": "kubeflow.org/v1", "version": "v1"},
+    }
+    return FakeKube(
+        served={
+            "/apis": {"groups": [group]},
+            "/apis/kubeflow.org/v1": pytorch,
+            "/apis/kubeflow.org/v1beta1": pytorch,
+            "/apis/kubeflow.org/v2beta1": {"resources": [{"name": "mpijobs", "kind": "MPIJob", "verbs": ["list"]}]},
+        }
+    )
 
 
 def test_every_served_version_each_kind_once() -> None:
-    collections = asyncio.run(command.custom_collections(VersionsKube()))  # type: ignore[arg-type]
+    kube = versions_kube()
+    collections = asyncio.run(command.custom_collections(kube))
+    assert set(kube.paths()) <= {
+        "/apis",
+        "/apis/kubeflow.org/v1",
+        "/apis/kubeflow.org/v1beta1",
+        "/apis/kubeflow.org/v2beta1",
+    }
     assert collections == [
         ("kubeflow.org/v1", "PyTorchJob", "/apis/kubeflow.org/v1/pytorchjobs"),
         ("kubeflow.org/v2beta1", "MPIJob", "/apis/kubeflow.org/v2beta1/mpijobs"),

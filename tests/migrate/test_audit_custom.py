@@ -10,9 +10,9 @@ import yaml
 
 from gpucluster.audit import audit, custom_pod_templates
 from gpucluster.cli import audit as command
-from gpucluster.kube.client import KubeError
 from gpucluster.policy import Settings
 from gpucluster.webhook.audit import decider
+from tests.kit.fakekube import FakeKube
 
 RAY_CLUSTER = yaml.safe_load("""\
 apiVersion: ray.io/v1
@@ -126,48 +126,42 @@ def test_pods_of_a_listed_custom_resource_join_its_finding() -> None:
     assert not any("was not listed" in n for n in finding.notes)
 
 
-class FakeKube:
-    """Discovery serves ray.io and kubeflow.org; listing pytorchjobs is forbidden."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    async def get(self, path: str, query: Any = ()) -> dict[str, Any]:
-        self.paths.append(path)
-        if path == "/apis":
-            return {
+def discovering_kube() -> FakeKube:
+    """Discovery serves ray.io and kubeflow.org, one RayCluster is stored; listing pytorchjobs is forbidden."""
+    kube = FakeKube(
+        served={
+            "/apis": {
                 "groups": [
                     {"name": "ray.io", "preferredVersion": {"groupVersion": "ray.io/v1"}},
                     {"name": "kubeflow.org", "preferredVersion": {"groupVersion": "kubeflow.org/v1"}},
                     {"name": "apps", "preferredVersion": {"groupVersion": "apps/v1"}},
                 ]
-            }
-        if path == "/apis/ray.io/v1":
-            return {
+            },
+            "/apis/ray.io/v1": {
                 "resources": [
                     {"name": "rayclusters", "kind": "RayCluster", "verbs": ["get", "list"]},
                     {"name": "rayclusters/status", "kind": "RayCluster", "verbs": ["get"]},
                 ]
-            }
-        if path == "/apis/kubeflow.org/v1":
-            return {"resources": [{"name": "pytorchjobs", "kind": "PyTorchJob", "verbs": ["list"]}]}
-        if path == "/apis/ray.io/v1/rayclusters":
-            item = {k: v for k, v in RAY_CLUSTER.items() if k not in ("kind", "apiVersion")}
-            return {"items": [item], "metadata": {}}
-        if path == "/apis/kubeflow.org/v1/pytorchjobs":
-            raise KubeError(403, {"reason": "Forbidden"}, "GET", path)
-        raise AssertionError(path)
+            },
+            "/apis/kubeflow.org/v1": {"resources": [{"name": "pytorchjobs", "kind": "PyTorchJob", "verbs": ["list"]}]},
+        }
+    )
+    kube.put(RAY_CLUSTER, path="/apis/ray.io/v1/namespaces/ray/rayclusters/raycluster-gpu")
+    kube.fail("GET", "/apis/kubeflow.org/v1/pytorchjobs", 403)
+    return kube
 
 
 def test_discovery_lists_known_custom_kinds_and_names_the_forbidden_ones() -> None:
-    kube = FakeKube()
-    collections = asyncio.run(command.custom_collections(kube))  # type: ignore[arg-type]
+    kube = discovering_kube()
+    collections = asyncio.run(command.custom_collections(kube))
     assert collections == [
         ("ray.io/v1", "RayCluster", "/apis/ray.io/v1/rayclusters"),
         ("kubeflow.org/v1", "PyTorchJob", "/apis/kubeflow.org/v1/pytorchjobs"),
     ]
-    listed = asyncio.run(command._list_custom(kube, *collections[0]))  # type: ignore[arg-type]
+    listed = asyncio.run(command._list_custom(kube, *collections[0]))
+    # The list's items came without kind and apiVersion: the listing gives them theirs.
     assert isinstance(listed, list) and listed[0]["kind"] == "RayCluster" and listed[0]["apiVersion"] == "ray.io/v1"
-    forbidden = asyncio.run(command._list_custom(kube, *collections[1]))  # type: ignore[arg-type]
+    assert [item["metadata"]["name"] for item in listed] == ["raycluster-gpu"]
+    forbidden = asyncio.run(command._list_custom(kube, *collections[1]))
     assert forbidden == "pytorchjobs.kubeflow.org (403: not allowed to list)"
-    assert "/apis/apps/v1" not in kube.paths
+    assert "/apis/apps/v1" not in kube.paths()

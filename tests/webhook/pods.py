@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.kit.pods import defaulted_container, defaulted_pod
+
 
 def container(
     name: str, gpus: dict[str, str] | None = None, *, cpu: str | None = "500m", restart: str | None = None
@@ -17,21 +19,11 @@ def container(
         "name": name,
         "image": "nvcr.io/nvidia/cuda:12.6.2-base-ubi9",
         "command": ["nvidia-smi", "-L"],
-        "resources": {"limits": dict(limits), "requests": dict(limits)} if limits else {},
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File",
-        "imagePullPolicy": "IfNotPresent",
-        "volumeMounts": [
-            {
-                "name": "kube-api-access-x7k2p",
-                "readOnly": True,
-                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-            }
-        ],
+        "resources": {"limits": limits} if limits else {},
     }
     if restart:
         c["restartPolicy"] = restart
-    return c
+    return defaulted_container(c)
 
 
 def pod(
@@ -52,44 +44,7 @@ def pod(
         meta["namespace"] = namespace
     if annotations:
         meta["annotations"] = annotations
-    spec: dict[str, Any] = {
-        "volumes": [
-            {
-                "name": "kube-api-access-x7k2p",
-                "projected": {
-                    "defaultMode": 420,
-                    "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}],
-                },
-            }
-        ],
-        "containers": list(containers),
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 30,
-        "dnsPolicy": "ClusterFirst",
-        "serviceAccountName": "default",
-        "serviceAccount": "default",
-        "securityContext": {},
-        "schedulerName": "default-scheduler",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
-        "priority": 0,
-        "enableServiceLinks": True,
-        "preemptionPolicy": "PreemptLowerPriority",
-    }
-    if init:
-        spec["initContainers"] = init
+    spec: dict[str, Any] = {"restartPolicy": "Never"}
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {}}
+    return defaulted_pod(containers, init or (), metadata=meta, spec=spec)

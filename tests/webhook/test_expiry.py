@@ -10,8 +10,8 @@ from typing import Any
 from gpucluster.certs.authority import new_ca
 from gpucluster.clusterstate import ClusterState
 from gpucluster.controller.status import desired_status
-from gpucluster.kube.client import KubeError
-from gpucluster.webhook.expiry import CONDITION, EXPIRING, INVALID, ExpiryReporter, desired_conditions
+from gpucluster.webhook.expiry import CONDITION, EXPIRING, INVALID, STATUS_PATH, ExpiryReporter, desired_conditions
+from tests.kit.fakekube import FakeKube
 from tests.webhook.test_tls_reload import Clock, pair, tls_for
 
 NOW = "2026-01-01T00:00:00Z"
@@ -20,31 +20,15 @@ NOW = "2026-01-01T00:00:00Z"
 def _gpucluster(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
-        "metadata": {"name": "gpu-cluster", "uid": "u1", "resourceVersion": "7", "generation": 2},
+        "metadata": {"name": "gpu-cluster", "uid": "u1", "generation": 2},
         "spec": {}, "status": {"state": "ready", "conditions": conditions or [{"type": "Ready", "status": "True"}]},
     }  # fmt: skip
 
 
-class FakeKube:
-    def __init__(self, cluster: ClusterState) -> None:
-        self.cluster = cluster
-        self.calls: list[tuple[str, str, Any]] = []
-        self.conflict = False
-
-    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = "", **_: Any) -> Any:
-        self.calls.append((method, path, body))
-        if path.endswith("/status"):
-            if self.conflict:
-                raise KubeError(409, {"reason": "Conflict"}, method, path)
-            current = self.cluster.get("GPUCluster", "gpu-cluster")
-            assert current is not None and body["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
-            new = {**current, "status": {**current["status"], **body["status"]}}
-            new["metadata"] = {
-                **current["metadata"],
-                "resourceVersion": str(int(current["metadata"]["resourceVersion"]) + 1),
-            }
-            return new
-        return body
+def served() -> tuple[FakeKube, ClusterState]:
+    """The API server with the GPUCluster, and the webhook's cache of it as listed from there."""
+    kube = FakeKube([_gpucluster()])
+    return kube, ClusterState.from_objects([kube.object(STATUS_PATH.removesuffix("/status"))])
 
 
 def test_the_condition_is_set_only_after_a_problem_and_keeps_the_others() -> None:
@@ -65,16 +49,15 @@ def test_the_condition_is_set_only_after_a_problem_and_keeps_the_others() -> Non
 async def test_nearing_expiry_sends_a_warning_event_and_sets_the_condition(tmp_path: Path) -> None:
     clock = Clock()
     tls = tls_for(tmp_path, pair(new_ca()), clock)
-    state = ClusterState.from_objects([_gpucluster()])
-    kube = FakeKube(state)
-    reporter = ExpiryReporter(kube, state, tls, replica="webhook-0")  # type: ignore[arg-type]
+    kube, state = served()
+    reporter = ExpiryReporter(kube, state, tls, replica="webhook-0")
     await reporter.report_once()
     assert kube.calls == []  # a good certificate: nothing to say
 
     assert tls.live is not None
     clock.now = tls.live.not_after - dt.timedelta(minutes=10)
     await reporter.report_once()
-    events = [body for method, path, body in kube.calls if path.endswith("/events")]
+    events = [c.body for c in kube.calls if c.path.endswith("/events")]
     assert len(events) == 1 and events[0]["type"] == "Warning" and events[0]["reason"] == EXPIRING
     assert "replica webhook-0: serving certificate expires at" in events[0]["message"]
     assert events[0]["involvedObject"]["name"] == "gpu-cluster"
@@ -90,7 +73,10 @@ async def test_nearing_expiry_sends_a_warning_event_and_sets_the_condition(tmp_p
 
     clock.now = tls.live.not_after + dt.timedelta(seconds=1)  # expired: another reason
     await reporter.report_once()
-    assert [b["reason"] for m, p, b in kube.calls if p.endswith("/events") and m == "POST"] == [EXPIRING, INVALID]
+    assert [c.body["reason"] for c in kube.calls if c.path.endswith("/events") and c.method == "POST"] == [
+        EXPIRING,
+        INVALID,
+    ]
     cluster = state.get("GPUCluster", "gpu-cluster")
     assert cluster is not None
     assert next(c for c in cluster["status"]["conditions"] if c["type"] == CONDITION)["reason"] == INVALID
@@ -101,12 +87,13 @@ async def test_a_conflicting_write_is_retried_at_the_next_poll(tmp_path: Path) -
     tls = tls_for(tmp_path, pair(new_ca()), clock)
     assert tls.live is not None
     clock.now = tls.live.not_after - dt.timedelta(minutes=10)
-    state = ClusterState.from_objects([_gpucluster()])
-    kube = FakeKube(state)
-    kube.conflict = True
-    reporter = ExpiryReporter(kube, state, tls, replica="webhook-0")  # type: ignore[arg-type]
+    kube, state = served()
+    conflict = kube.fail("PATCH", STATUS_PATH, 409)
+    reporter = ExpiryReporter(kube, state, tls, replica="webhook-0")
     await reporter.report_once()  # logged, not raised
-    kube.conflict = False
+    cluster = state.get("GPUCluster", "gpu-cluster")
+    assert cluster is not None and not any(c["type"] == CONDITION for c in cluster["status"]["conditions"])
+    kube.off(conflict)
     await reporter.report_once()
     cluster = state.get("GPUCluster", "gpu-cluster")
     assert cluster is not None and any(c["type"] == CONDITION for c in cluster["status"]["conditions"])
