@@ -357,8 +357,20 @@ def test_admin_access_shares_devices_between_claims() -> None:
 def test_admin_access_does_not_take_a_device_twice_in_one_claim() -> None:
     # upstream: all-devices-some-allocating-admin-access
     cluster = [rslice("s", "n1", "p1", dev("d1"), dev("d2")), device_class()]
-    result = explain([claim(exact("a", adminAccess=True), exact("b", adminAccess=True, allocationMode="All"))], cluster)
+    a, b = exact("a", adminAccess=True), exact("b", adminAccess=True, allocationMode="All")
+    result = explain([claim(a, b)], cluster)
     assert not result.satisfiable
+    assert result.nodes[0].requests[1].rejections == [
+        (f"{GPU}/p1/d1", "chosen for request a"),
+        (f"{GPU}/p1/d2", "chosen for request a"),
+    ]
+    # The same two requests in two claims of one pod: admin access shares a device across claims.
+    result = explain([claim(a, name="c1"), claim(b, name="c2")], cluster)
+    assert [(x.claim, x.request, x.device) for x in result.nodes[0].allocation] == [
+        ("default/c1", "a", "d1"),
+        ("default/c2", "b", "d1"),
+        ("default/c2", "b", "d2"),
+    ]
 
 
 # ----------------------------------------------------------------------------- allocation modes
@@ -375,7 +387,15 @@ def test_all_mode_takes_every_matching_device() -> None:
 def test_all_mode_needs_at_least_one_device() -> None:
     # upstream: all-devices-slice-without-devices
     cluster = [rslice("s1", "n1", "p1"), device_class()]
-    assert not explain([claim(exact(allocationMode="All"))], cluster).satisfiable
+    result = explain([claim(exact(allocationMode="All"))], cluster)
+    assert not result.satisfiable
+    assert result.nodes[0].reasons == [
+        "no devices are published for this node",
+        "request gpu: 0/0 devices usable, need all 0 matching",
+    ]
+    # One device in the slice: All takes it.
+    cluster = [rslice("s1", "n1", "p1", dev("d1")), device_class()]
+    assert picks(explain([claim(exact(allocationMode="All"))], cluster)) == [("gpu", GPU, "p1", "d1")]
 
 
 def test_all_mode_on_an_incomplete_pool_is_an_error() -> None:
@@ -791,19 +811,26 @@ def test_partitionable_counters_count_existing_allocations() -> None:
 
 def test_partitionable_overallocated_counter_set() -> None:
     # upstream: partitionable-devices-overallocated-capacity-pool
-    cluster = [
-        rslice(
-            "s1",
-            "n1",
-            "p1",
-            dev("d1", consumesCounters=consumes("4Gi")),
-            dev("d2", consumesCounters=consumes("20Gi")),
-            sharedCounters=[counter_set(memory="18Gi")],
-        ),
-        device_class(),
-        allocated("o", (GPU, "p1", "d2")),
+    devices = rslice(
+        "s1",
+        "n1",
+        "p1",
+        dev("d1", consumesCounters=consumes("4Gi")),
+        dev("d2", consumesCounters=consumes("20Gi")),
+        sharedCounters=[counter_set(memory="18Gi")],
+    )
+    cluster = [devices, device_class(), allocated("o", (GPU, "p1", "d2"))]
+    # d2, allocated, already takes more than the set holds: nothing is left for d1.
+    result = explain_gated([claim(exact())], cluster)
+    assert not result.satisfiable
+    assert result.nodes[0].requests[0].rejections == [
+        (f"{GPU}/p1/d1", "counter counter-set-1/memory exhausted"),
+        (f"{GPU}/p1/d2", "in use by default/o"),
     ]
-    assert not explain([claim(exact())], cluster).satisfiable
+    # With d2 free, d1 fits in the set (d2 alone never does).
+    result = explain_gated([claim(exact())], [devices, device_class()])
+    assert picks(result) == [("gpu", GPU, "p1", "d1")]
+    assert result.nodes[0].requests[0].rejections == [(f"{GPU}/p1/d2", "counter counter-set-1/memory exhausted")]
 
 
 def test_partitionable_counters_exhausted_by_a_combination() -> None:
@@ -1030,6 +1057,7 @@ def test_nodes_named_only_by_slices_and_node_filter() -> None:
     assert [n.node for n in result.nodes] == ["n1", "n2"]
     result = explain([claim(exact())], cluster, node="n2")
     assert [n.node for n in result.nodes] == ["n2"]
+    assert picks(result) == [("gpu", GPU, "p2", "d2")]  # n2's own device, not n1's
     with pytest.raises(AllocatorInputError, match="node 'n3' not found"):
         explain([claim(exact())], cluster, node="n3")
 

@@ -186,3 +186,13 @@ def test_cli_match_and_explain_with_the_gate(tmp_path: Path, capsys: pytest.Capt
     assert _run(explain_command, "explain", "--claim", claim_file, "--cluster", cluster_file, *gate, "-o", "json") == 1
     out = json.loads(capsys.readouterr().out)
     assert out["featureGates"]["DRAListTypeAttributes"] is True
+    # Compared as sets: d1's [1, 2] shares 1 with d0's [0, 1].
+    assert out["nodes"][0]["reasons"][-1] == (
+        f"request r0: {DRIVER_A}/{POOL1}/d1: constraint distinctAttribute {DRIVER_A}/a ([1, 2] shares a value with "
+        "[0, 1] already chosen)"
+    )
+    # matchAttribute over the same lists: 1 in common, both devices fit.
+    claim_file = _write(tmp_path / "c.yaml", [_claim("matchAttribute", [2])])
+    assert _run(explain_command, "explain", "--claim", claim_file, "--cluster", cluster_file, *gate, "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(a["request"], a["device"]) for a in out["nodes"][0]["allocation"]] == [("r0", "d0"), ("r0", "d1")]

@@ -176,11 +176,23 @@ def test_a_device_allocated_whole_has_no_consumed_capacity_in_json() -> None:
 
 def test_infeasible_shared_claim_is_decided_quickly() -> None:
     # 17 allocations of 10Gi over two 80Gi devices (16 fit): the count bound cannot prune, the
-    # capacity check must; the step count stays small.
+    # capacity check must; the step count stays small. At 1.35: 1.34's capacity check of a
+    # request's third device reads past this two-device slice (a fatal error, no search at all).
     devices = [shared_gpu(f"g{i}") for i in range(2)]
-    result = explain([claim(memory_request(amount="10Gi", count=17))], cluster(*devices), feature_gates=CC)
-    assert not result.satisfiable
+    result = explain(
+        [claim(memory_request(amount="10Gi", count=17))], cluster(*devices), feature_gates=CC, kubernetes_version="1.35"
+    )
+    assert not result.satisfiable and not result.errors and not result.gave_up
     assert result.nodes[0].steps < 5_000, result.nodes[0].steps
+    assert result.nodes[0].reasons[0] == (
+        "the capacity left on the usable devices takes at most 16 more allocation(s), 17 needed by claim "
+        "default/c, request gpu and the requests after it"
+    )
+    # 16 fit: eight on each device.
+    result = explain(
+        [claim(memory_request(amount="10Gi", count=16))], cluster(*devices), feature_gates=CC, kubernetes_version="1.35"
+    )
+    assert [d for _, d, _ in devices_of(result)] == ["g0"] * 8 + ["g1"] * 8
 
 
 # ----------------------------------------------------------------------------- attributes CEL cannot see

@@ -301,6 +301,10 @@ def explain_case(
         return None
 
 
+def object_ref(obj: Obj) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
 def answer(case: Case, result: Explanation | None) -> list[Pick] | str | None:
     """An explanation in the form of ``Case.expect``."""
     if result is None:
@@ -309,6 +313,11 @@ def answer(case: Case, result: Explanation | None) -> list[Pick] | str | None:
         assert not case.error or any(case.error in e for e in result.errors), result.errors
         return ERROR
     if not result.satisfiable:
+        # No allocation is an answer only with its explanation: a report for every request of the
+        # case's claims (an allocator that answers "no" without looking passes no case here).
+        asked = {(object_ref(c), r["name"]) for c in case.claims for r in c["spec"]["devices"]["requests"]}
+        reported = {(r.claim, r.request.split("/")[0]) for r in result.nodes[0].requests}
+        assert asked <= reported, f"requests without a report: {sorted(asked - reported)}"
         if case.error and any(case.error in r for r in result.nodes[0].reasons):
             return NODE_ERROR
         return None

@@ -316,9 +316,21 @@ def test_upstream_list_attributes_case(c: Case) -> None:
 
 
 def test_the_duplicate_request_names_case_with_distinct_names() -> None:
-    c = Case(
-        one_claim(MATCH_S, request("req-0", CLASS_A), request("req-1", CLASS_A)),
-        devices(S, strings("value1", "value2"), strings("value3", "value4")),
-        features=LISTS,
-    )
+    def two_requests(second: Obj) -> Case:
+        return Case(
+            one_claim(MATCH_S, request("req-0", CLASS_A), request("req-1", CLASS_A)),
+            devices(S, strings("value1", "value2"), second),
+            features=LISTS,
+        )
+
+    c = two_requests(strings("value3", "value4"))
     assert run(c) is None
+    result = explain_case(c, version="1.36", features=FEATURES)
+    assert result is not None
+    assert result.nodes[0].reasons[-1] == (
+        "request req-1: driver-a/pool-1/device-2: constraint matchAttribute driver-a/stringAttribute "
+        "(['value3', 'value4'] has no value in common with ['value1', 'value2'] of the devices already chosen)"
+    )
+    # One value in common: each request gets its device.
+    c = two_requests(strings("value2", "value3"))
+    assert run(c) == [*picks_a("req-0", "device-1"), *picks_a("req-1", "device-2")]

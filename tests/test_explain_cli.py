@@ -60,9 +60,18 @@ def test_unsatisfiable_exits_1_with_text(
     _, cluster = files
     claim = _write(tmp_path / "big.yaml", [t.claim(t.exact(count=9))])
     assert _run("--claim", claim, "--cluster", cluster, "--kubernetes-version", "1.36") == 1
-    text = capsys.readouterr().out
-    assert text.startswith("not satisfiable: 0 of 1 node(s) fit (Kubernetes 1.36)")
-    assert "node-a: does not fit" in text
+    assert capsys.readouterr().out == (
+        "not satisfiable: 0 of 1 node(s) fit (Kubernetes 1.36)\n"
+        "node-a: does not fit\n"
+        "  request gpu: 8/8 devices usable, need 9\n"
+    )
+    # One fewer fits: all eight GPUs.
+    claim = _write(tmp_path / "eight.yaml", [t.claim(t.exact(count=8))])
+    assert _run("--claim", claim, "--cluster", cluster, "--kubernetes-version", "1.36") == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "satisfiable on 1 of 1 node(s) (Kubernetes 1.36)",
+        "node-a: fits: request gpu -> " + ", ".join(f"gpu-{i}" for i in range(8)) + " (gpu.nvidia.com/node-a)",
+    ]
 
 
 def test_missing_class_exits_1(tmp_path: Path, files: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:

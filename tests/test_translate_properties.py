@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from fractions import Fraction
 from typing import Any
 
 import jsonpatch
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.translate import DEFAULT_CONFIG, translate_pod, translate_pod_spec
+from tests.kit.pods import defaulted_pod
 
 GPU = "nvidia.com/gpu"
 MIG = ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb.me"]
@@ -77,51 +79,25 @@ def resources(draw: st.DrawFn, *, valid: bool = True) -> dict[str, Any]:
 
 
 def make_container(name: str, res: dict[str, Any], sidecar: bool) -> dict[str, Any]:
-    c: dict[str, Any] = {
-        "name": name,
-        "image": "nvcr.io/nvidia/cuda:12.6.2-base-ubi9",
-        "resources": res,
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File",
-        "imagePullPolicy": "IfNotPresent",
-    }
+    c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.6.2-base-ubi9", "resources": res}
     if sidecar:
         c["restartPolicy"] = "Always"
     return c
 
 
 @st.composite
-def pod_specs(draw: st.DrawFn, *, valid: bool = True) -> dict[str, Any]:
+def pods(draw: st.DrawFn, *, valid: bool = True) -> dict[str, Any]:
     n_init = draw(st.integers(0, 4))
     n_regular = draw(st.integers(1, 3))
     inits = [make_container(f"init-{i}", draw(resources(valid=valid)), draw(st.booleans())) for i in range(n_init)]
     regular = [make_container(f"app-{i}", draw(resources(valid=valid)), False) for i in range(n_regular)]
-    spec: dict[str, Any] = {
-        "containers": regular,
-        "restartPolicy": draw(st.sampled_from(["Always", "OnFailure", "Never"])),
-        "dnsPolicy": "ClusterFirst",
-        "schedulerName": "default-scheduler",
-        "securityContext": {},
-        "terminationGracePeriodSeconds": 30,
-    }
-    if inits:
-        spec["initContainers"] = inits
+    spec: dict[str, Any] = {"restartPolicy": draw(st.sampled_from(["Always", "OnFailure", "Never"]))}
     if draw(st.booleans()):
         spec["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "rdma"}]
         regular[0]["resources"]["claims"] = [{"name": "nic"}]
-    return spec
-
-
-def pods(valid: bool = True) -> st.SearchStrategy[dict[str, Any]]:
-    return pod_specs(valid=valid).map(
-        lambda spec: {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"generateName": "job-", "namespace": "ml", "labels": {"app": "job"}},
-            "spec": spec,
-            "status": {},
-        }
-    )
+    metadata = {"generateName": "job-", "namespace": "ml", "labels": {"app": "job"}}
+    # The drawn resources say whether requests were defaulted from limits.
+    return defaulted_pod(regular, inits, metadata=metadata, spec=spec, requests_from_limits=False)
 
 
 # ----------------------------------------------------------------------------- independent model
@@ -167,6 +143,50 @@ def effective(spec: dict[str, Any]) -> Counter[str]:
         for r, n in during.items():
             init_peak[r] = max(init_peak[r], n)
     return Counter({r: max(total[r], init_peak[r]) for r in set(total) | set(init_peak) if max(total[r], init_peak[r])})
+
+
+UNKNOWN = "nvidia.com/gpu.shared"  # the nvidia.com/ resource the invalid pods add, which nothing translates
+
+
+def quantity(value: Any) -> Fraction:
+    """Every GPU quantity the strategies write: 2, "2", "2000m", "1500m", "0"."""
+    if isinstance(value, int):
+        return Fraction(value)
+    return Fraction(int(value[:-1]), 1000) if value.endswith("m") else Fraction(int(value))
+
+
+def expected_problems(c: dict[str, Any]) -> Counter[str]:
+    """What must be reported for one container, from its resources alone: "container left
+    unchanged" once per GPU resource it cannot have (a request without a limit, a request other
+    than the limit, part of a device), or once if all it asks for is zero devices; "left as it
+    is" once per nvidia.com/ resource gpucluster does not translate."""
+    res = c.get("resources", {})
+    limits, requests = res.get("limits", {}), res.get("requests", {})
+    out: Counter[str] = Counter()
+    invalid = zeros = counts = 0
+    for r in set(limits) | set(requests):
+        if r == UNKNOWN:
+            out["left as it is"] += 1
+        elif r not in GPU_RESOURCES:
+            continue
+        elif (
+            r not in limits
+            or (r in requests and quantity(requests[r]) != quantity(limits[r]))
+            or quantity(limits[r]).denominator != 1
+        ):
+            invalid += 1
+        elif quantity(limits[r]) == 0:
+            zeros += 1
+        else:
+            counts += 1
+    if invalid or (zeros and not counts):
+        out["container left unchanged"] += invalid or 1
+    return out
+
+
+def translatable(c: dict[str, Any]) -> bool:
+    """Whether the container's GPU resources are translated (it asks for some device, validly)."""
+    return "container left unchanged" not in expected_problems(c) and any(asked(c).values())
 
 
 def concurrent(a: tuple[int, str], b: tuple[int, str]) -> bool:
@@ -308,6 +328,29 @@ def test_twice_is_once_and_the_patch_reproduces_the_result(pod: dict[str, Any]) 
     before = copy.deepcopy(pod)
     once, t1 = translate_pod(pod)
     assert pod == before
+    # What the first pass did, held against the input (else "twice is once" holds for a
+    # translation that does nothing, or that is wrong the same way twice): the problems the
+    # input's resources call for, and every container translated or left alone as they say.
+    too_big = [p for p in t1.problems if "a ResourceClaim holds at most 32" in p]
+    found: Counter[tuple[str, str]] = Counter()
+    for p in t1.problems:
+        if p not in too_big:
+            found[(p.split(":", 1)[0].rsplit(" ", 1)[-1], p.rsplit("; ", 1)[-1])] += 1
+    expected: Counter[tuple[str, str]] = Counter()
+    for _, c in all_containers(pod["spec"]):
+        for what, n in expected_problems(c).items():
+            expected[(c["name"], what)] += n
+    assert found == expected
+    translated = not too_big and any(translatable(c) for _, c in all_containers(pod["spec"]))
+    assert t1.changed == translated
+    claims = templates_by_claim(once["spec"], t1.templates)
+    for (_, c0), (_, c1) in zip(all_containers(pod["spec"]), all_containers(once["spec"]), strict=True):
+        if translated and translatable(c0):
+            assert sees(pieces(c1, claims), claims) == per_key(asked(c0))
+            for part in ("limits", "requests"):
+                assert not set(c1.get("resources", {}).get(part, {})) & set(GPU_RESOURCES)
+        else:
+            assert c1 == c0
     twice, t2 = translate_pod(once)
     assert twice == once
     assert not t2.changed and not t2.templates and not t2.annotations
