@@ -69,7 +69,12 @@ def register(subparsers: Subparsers) -> None:
         help=f"DRA feature gates of the cluster (default: Kubernetes' for the version): {', '.join(gates.GATES)}",
     )
     parser.add_argument(
-        "-o", "--output", choices=["text", "json", "yaml"], default="text", help="text (default), json or yaml"
+        "-o",
+        "--output",
+        choices=["text", "json", "yaml", "wide"],
+        default="text",
+        help="text (default: the first 10 rejected devices per request of a node that does not fit), "
+        "wide (every rejected device, on the nodes that fit too), json or yaml",
     )
     parser.set_defaults(func=run)
 
@@ -134,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         sys.stdout.write(dump_yaml(result.to_json()))
     else:
-        print(result.to_text(), end="")
+        print(result.to_text(wide=args.output == "wide"), end="")
     return EXIT_OK if result.satisfiable else EXIT_NEGATIVE
 
 

@@ -135,3 +135,27 @@ def test_yaml_output_is_the_json_answer(files: tuple[str, str], capsys: pytest.C
     as_json = json.loads(capsys.readouterr().out)
     assert _run("--claim", claim, "--cluster", cluster, "-o", "yaml") == 0
     assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+def test_wide_lists_every_rejected_device_on_every_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 16 GPUs on node-a, of which none is an L4; node-b has one L4 and fits.
+    cluster = [
+        *simulate.node_slices("node-a", "H100", 16),
+        *simulate.node_slices("node-b", "L4", 1),
+        simulate.node_object("node-a"),
+        simulate.node_object("node-b"),
+        t.device_class(),
+    ]
+    selector = t.sel(f"device.attributes['{t.GPU}'].productName.startsWith('NVIDIA L4')")
+    claim = _write(tmp_path / "claim.yaml", [t.claim(t.exact(selectors=selector))])
+    where = _write(tmp_path / "cluster.yaml", cluster)
+    assert _run("--claim", claim, "--cluster", where) == 0
+    text = capsys.readouterr().out
+    assert "... and 6 more (see -o wide or -o json)" in text
+    assert "gpu.nvidia.com/node-a/gpu-15:" not in text
+    assert _run("--claim", claim, "--cluster", where, "-o", "wide") == 0
+    wide = capsys.readouterr().out
+    rejected = [line for line in wide.splitlines() if line.startswith("    gpu.nvidia.com/node-a/")]
+    assert len(rejected) == 16 and "gpu.nvidia.com/node-a/gpu-15: selector #0 false" in wide
+    assert "more (see" not in wide
+    assert "node-b: fits: request gpu -> gpu-0" in wide

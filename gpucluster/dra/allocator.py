@@ -242,7 +242,10 @@ class Explanation:
             parts.append(line)
         return "; ".join(parts)
 
-    def to_text(self) -> str:
+    def to_text(self, *, wide: bool = False) -> str:
+        """The answer for a terminal: per node, what fits or why not, with the first rejected
+        devices of a node that does not fit; ``wide`` (``-o wide``) lists every rejected device, on
+        the nodes that fit too (the devices the allocation passed over, and why)."""
         fits = [n for n in self.nodes if n.satisfiable]
         lines = []
         if self.satisfiable:
@@ -273,13 +276,14 @@ class Explanation:
                 lines.append(f"  {note}")
             for report in n.requests:
                 lines.append(f"  {_summary(report, multi, text=True)}")
-                if n.satisfiable:
+                if n.satisfiable and not wide:
                     continue
-                for device, reason in report.rejections[:_TEXT_DEVICE_LINES]:
+                shown = report.rejections if wide else report.rejections[:_TEXT_DEVICE_LINES]
+                for device, reason in shown:
                     lines.append(f"    {device}: {reason}")
-                extra = len(report.rejections) - _TEXT_DEVICE_LINES
+                extra = len(report.rejections) - len(shown)
                 if extra > 0:
-                    lines.append(f"    ... and {extra} more (see -o json)")
+                    lines.append(f"    ... and {extra} more (see -o wide or -o json)")
         return "\n".join(lines) + "\n"
 
 
