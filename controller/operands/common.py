@@ -556,6 +556,13 @@ class Ctx:
             "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": self.namespace}],
         }
 
+    def dcgm_scc(self, name: str, description: str, *, host_pid: bool) -> list[Obj]:
+        """On OpenShift, the SecurityContextConstraints of a DCGM pod (host network and ports,
+        privileged) for its own ServiceAccount ``name``; nothing elsewhere."""
+        if not self.facts.openshift:
+            return []
+        return [self.scc(name, [name], description=description, host_network=True, host_pid=host_pid, host_ports=True)]
+
     def scc(
         self,
         name: str,

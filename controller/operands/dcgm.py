@@ -59,17 +59,7 @@ def render_dcgm(cluster: gc.GPUCluster, facts: ClusterFacts) -> list[Obj]:
         ctx.binding("RoleBinding", NAME, NAME, NAME),
         admin_claim_template(ctx, CLAIM_TEMPLATE, CLAIM, all_devices=True),
     ]
-    if facts.openshift:
-        objs.append(
-            ctx.scc(
-                NAME,
-                [NAME],
-                description="Privileged and host access for the standalone NVIDIA DCGM hostengine.",
-                host_network=True,
-                host_pid=False,
-                host_ports=True,
-            )
-        )
+    objs += ctx.dcgm_scc(NAME, "Privileged and host access for the standalone NVIDIA DCGM hostengine.", host_pid=False)
     objs.append(_service(ctx))
     objs.append(_daemonset(ctx, image))
     return detached(objs)

@@ -61,17 +61,7 @@ def render_dcgm_exporter(cluster: gc.GPUCluster, facts: ClusterFacts) -> list[Ob
     objs: list[Obj] = [ctx.service_account(NAME)]
     objs += _rbac(ctx)
     objs.append(admin_claim_template(ctx, CLAIM_TEMPLATE, CLAIM, all_devices=True))
-    if facts.openshift:
-        objs.append(
-            ctx.scc(
-                NAME,
-                [NAME],
-                description="Privileged and host access for NVIDIA DCGM Exporter.",
-                host_network=True,
-                host_pid=True,
-                host_ports=True,
-            )
-        )
+    objs += ctx.dcgm_scc(NAME, "Privileged and host access for NVIDIA DCGM Exporter.", host_pid=True)
     objs.append(_service(ctx))
     monitor = spec.serviceMonitor
     if monitor is not None and monitor.enabled and facts.service_monitor_crd:
