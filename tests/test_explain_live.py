@@ -19,6 +19,8 @@ import yaml
 from gpucluster.sandbox.server import SandboxThread
 from gpucluster.sandbox.sim import SimulationOptions
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 BIN = Path(sys.executable).parent
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 

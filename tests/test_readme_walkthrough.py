@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 

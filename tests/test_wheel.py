@@ -21,6 +21,8 @@ from gpucluster.sandbox.sim import gpunodes as simulate
 from tests import test_allocator as t
 from tools.namespace import namespace
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = list(namespace().values())  # the checkout folders the wheel is made of
 GPUCLUSTER = """\

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpucluster.kube.client import KubeError
 from tests.controller import test_reconcile_e2e as base
 from tests.controller.test_reconcile_e2e import GC_PATH, GPUCLUSTER, Env
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
 env = base.env  # the sandbox + controller fixture
 
 NS = "gpu-operator"

@@ -14,6 +14,8 @@ from gpucluster.sandbox.server import Sandbox
 from tests.e2e.backends import SANDBOX, backends
 from tests.kit.fakekube import FakeKube
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller"
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import pytest
+
 from gpucluster.controller.leader import LeaderElector
 from gpucluster.controller.runtime import Controller
 from gpucluster.kube.client import Kube
 from tests.controller import test_leader as base
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
 kube = base.kube  # the sandbox fixture
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-operator/leases/gpucluster-controller"
 

@@ -22,7 +22,10 @@ from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 
-pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+pytestmark = [
+    pytest.mark.integration,  # starts servers or processes: `make unit` leaves it out
+    pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed"),
+]
 
 GRACE = 1.0  # seconds an unreferenced template is kept in these tests
 

@@ -21,7 +21,10 @@ from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from tests.e2e.backends import KUBE
 from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
 
-pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+pytestmark = [
+    pytest.mark.integration,  # starts servers or processes: `make unit` leaves it out
+    pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed"),
+]
 
 GRACE = 1.0
 TENANT = "system:serviceaccount:tenant:dev"

@@ -16,6 +16,8 @@ from gpucluster.kube.client import Kube, KubeError
 from gpucluster.sandbox.server import Sandbox
 from gpucluster.sandbox.sim.gpunodes import cluster_nodes
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 ENV = {
     "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",
     "DCGM_EXPORTER_IMAGE": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",

@@ -20,6 +20,8 @@ from gpucluster.sandbox.server import Sandbox
 from gpucluster.sandbox.sim import SimulationOptions
 from tests.sandbox.conftest import KUBECTL, process_sandbox, rt
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 PYTHON = "example.com/python:3"  # runs this interpreter: the image entrypoint is python
 GPUCLUSTER = "ghcr.io/gpucluster/gpucluster:0.1.0"
 NS = "default"
@@ -209,6 +211,7 @@ async def test_missing_secret_waits_with_config_error(sandbox: Sandbox) -> None:
 
 SERVE = """
 import http.server, os, pathlib, sys
+
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         ok = pathlib.Path(sys.argv[1]).exists()

@@ -23,6 +23,8 @@ from tests.webhook.reviews import clusterpolicy, gpucluster, review
 from tests.webhook.test_client_auth import client_pair
 from tests.webhook.test_server_hardening import closed_by_server, head, write_pair
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 BODY = json.dumps(review(gpucluster())).encode()
 IDLE = 1100
 

@@ -23,6 +23,8 @@ from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_server_hardening import FAST, closed_by_server, head, start
 
+pytestmark = pytest.mark.integration  # starts servers or processes: `make unit` leaves it out
+
 GPU_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
              "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}  # fmt: skip
 
