@@ -1,4 +1,4 @@
-"""Issue 17: manifests of the GPU ecosystem as their projects publish them; each case is migrated
+"""Manifests of the GPU ecosystem as their projects publish them; each case is migrated
 right or reported with its path and reason (HAMi sharing, Argo embedded manifests, Kubeflow
 trainer runtimes, KServe LLMInferenceService), and formatting of changed documents is kept."""
 

@@ -1,4 +1,4 @@
-"""Issue 26: outside the GPU requests and the blocks a migration adds, every line of a changed
+"""Outside the GPU requests and the blocks a migration adds, every line of a changed
 document is kept byte for byte, on the whole corpus of this directory (the golden inputs, the
 ecosystem manifests of the tests, and the published manifests under ``corpus/``).
 

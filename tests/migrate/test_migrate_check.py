@@ -1,4 +1,4 @@
-"""Issue 26: ``--check`` exits 0 exactly when nothing asks for GPUs. Capacity limits (a Karpenter
+"""``--check`` exits 0 exactly when nothing asks for GPUs. Capacity limits (a Karpenter
 NodePool's ``spec.limits``) and zero counts are not requests; an embedded manifest string is
 parsed and judged by what it asks for."""
 

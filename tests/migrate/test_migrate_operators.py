@@ -1,4 +1,4 @@
-"""Issue 26: GPU requests in operator-specific fields (the operator makes pods that ask for the
+"""GPU requests in operator-specific fields (the operator makes pods that ask for the
 extended resource) are never skipped: each is reported for manual migration with its exact path,
 and counts for ``--check``. Zero counts ask for nothing."""
 
