@@ -71,7 +71,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=["text", "json", "yaml", "wide"],
+        choices=["text", "wide", "json", "yaml"],
         default="text",
         help="text (default: the first 10 rejected devices per request of a node that does not fit), "
         "wide (every rejected device, on the nodes that fit too), json or yaml",
