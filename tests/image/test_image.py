@@ -145,7 +145,7 @@ out["root_writable"] = writable("/probe")
 out["tmp_writable"] = writable("/tmp/probe")
 out["key"] = open("/var/run/gpucluster/certs/tls.key").read()
 out["token"] = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()
-import gpucluster.cli, webhook.server, controller, certs.rotation  # every entry point imports read-only
+import gpucluster.cli, gpucluster.webhook.server, gpucluster.controller, gpucluster.certs.rotation  # every entry point imports read-only
 out["pycache_written"] = any("__pycache__" in r and f for r, _, f in os.walk("/tmp"))
 print(json.dumps(out))
 """
