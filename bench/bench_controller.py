@@ -1,6 +1,12 @@
-"""The controller against the sandbox at 100, 1,000 and 10,000 nodes x 8 GPUs: time to ready, the
-controller's RSS, API writes in steady state, and the writes (status writes apart) to absorb 200
-nodes leaving. ``BENCH_CONTROLLER_NODES=1000,5000`` picks the sizes.
+"""The controller against the sandbox at 100, 1,000, 5,000, 10,000 and 20,000 nodes x 8 GPUs: time
+to ready, the controller's RSS, API writes in steady state, and the writes (status writes apart)
+to absorb 200 nodes leaving. ``BENCH_CONTROLLER_NODES=1000,5000`` picks the sizes.
+
+The controller's RSS is read at each size (VmRSS once it is ready), and a line fitted through the
+sizes of 1,000 nodes and more gives the memory per 1,000 nodes x 8 GPUs (target: at most 12 MiB,
+so that 65,000 nodes fit in 1 GiB) and the intercept, from which the chart's memory limit of the
+controller container is sized (charts/gpucluster/values.yaml, README "memory per 1,000 nodes");
+the last row checks that limit against that formula at the largest size.
 
 The sandbox (its simulated controllers off, so that every write counted is the controller's) and
 the controller run as their own processes (`gpucluster sandbox --no-simulation`, `gpucluster
@@ -21,9 +27,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.sandbox.sim.gpunodes import node_slices
+from gpucluster.translate import parse_quantity
 
 ENV = {
     "DRA_DRIVER_IMAGE": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",
@@ -39,6 +48,7 @@ GPUCLUSTER = {
 
 
 def _rss_mb(pid: int) -> float:
+    """VmRSS of ``pid`` in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -95,8 +105,9 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
     controller = None
     kube = None
     try:
-        for _ in range(200):
-            if kubeconfig.exists():
+        # 20,000 nodes take the sandbox a while to create before it writes the kubeconfig.
+        for _ in range(6000):
+            if kubeconfig.exists() or sandbox.poll() is not None:
                 break
             await asyncio.sleep(0.05)
         kube = await Kube.connect(str(kubeconfig))
@@ -240,12 +251,66 @@ async def _nodes_leave(kube: Kube, port: int, names: list[str], remaining: int) 
 
 
 def _sizes() -> list[int]:
-    raw = os.environ.get("BENCH_CONTROLLER_NODES", "100,1000,10000")
+    raw = os.environ.get("BENCH_CONTROLLER_NODES", "100,1000,5000,10000,20000")
     return [int(n) for n in raw.split(",") if n.strip()]
+
+
+# The chart's sizing of the controller container (values.yaml, README "memory per 1,000 nodes"):
+# the caches 128 MiB + 12 MiB per 1,000 nodes x 8 GPUs (the target: 65,000 nodes in 1 GiB), x 1.5
+# for a relist that rebuilds them while the old copy is held, plus the allocator worker that
+# explains pending pods, 32 MiB + 16 MiB per 1,000 nodes.
+CACHES = (128.0, 12.0)  # MiB, MiB per 1,000 nodes x 8 GPUs
+RELIST = 1.5
+WORKER = (32.0, 16.0)
+VALUES = Path(__file__).resolve().parents[1] / "charts" / "gpucluster" / "values.yaml"
+
+
+def caches_mib(nodes: int) -> float:
+    """What the controller process may hold with ``nodes`` nodes x 8 GPUs cached."""
+    return CACHES[0] + CACHES[1] * nodes / 1000
+
+
+def container_mib(nodes: int) -> float:
+    """The memory limit the controller container needs for ``nodes`` nodes x 8 GPUs."""
+    return RELIST * caches_mib(nodes) + WORKER[0] + WORKER[1] * nodes / 1000
+
+
+def chart_limit_mib(values: Path = VALUES) -> float:
+    """The chart's default memory limit of the controller container (operator.resources), in MiB."""
+    limit = yaml.safe_load(values.read_text())["operator"]["resources"]["limits"]["memory"]
+    return float(parse_quantity(limit)) / 2**20
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through ``points``."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return slope, my - slope * mx
+
+
+def _memory_rows(rss: dict[int, float]) -> list[dict[str, Any]]:
+    """The fitted memory per 1,000 nodes and intercept, over the sizes of 1,000 nodes and more."""
+    points = [(nodes / 1000, mib) for nodes, mib in sorted(rss.items()) if nodes >= 1000]
+    if len(points) < 2:
+        return []
+    slope, intercept = fit(points)
+    over = f"fitted over {', '.join(f'{x * 1000:,.0f}' for x, _ in points)} nodes"
+    projected = intercept + slope * 65
+    return [
+        {"name": f"controller RSS per 1,000 nodes x 8 GPUs ({over})", "value": slope, "unit": "MiB",
+         "target": f"<= {CACHES[1]:g} MiB", "ok": slope <= CACHES[1]},
+        {"name": f"controller RSS with no nodes (intercept, {over})", "value": intercept, "unit": "MiB",
+         "target": f"<= {CACHES[0]:g} MiB", "ok": intercept <= CACHES[0]},
+        {"name": "controller RSS projected at 65,000 nodes x 8 GPUs", "value": projected, "unit": "MiB",
+         "target": "<= 1024 MiB", "ok": projected <= 1024},
+    ]  # fmt: skip
 
 
 def run() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    rss: dict[int, float] = {}
     for nodes in _sizes():
         leave = 200 if nodes >= 1000 else 0
         result = asyncio.run(_scenario(nodes, leave=leave))
@@ -255,10 +320,10 @@ def run() -> list[dict[str, Any]]:
                      "target": f"<= {goal:g} s", "ok": result["ready_s"] <= goal})  # fmt: skip
         rows.append({"name": f"API writes in steady state (3 s), {n}", "value": result["steady_writes"],
                      "unit": "writes", "target": "0", "ok": result["steady_writes"] == 0})  # fmt: skip
-        if nodes >= 1000:
-            limit = 250 if nodes <= 1000 else 600
-            rows.append({"name": f"controller RSS, {n} cached", "value": result["rss_mb"], "unit": "MB",
-                         "target": f"<= {limit} MB", "ok": result["rss_mb"] <= limit})  # fmt: skip
+        rss[nodes] = result["rss_mb"]
+        most = caches_mib(nodes)
+        rows.append({"name": f"controller RSS, {n} cached", "value": result["rss_mb"], "unit": "MiB",
+                     "target": f"<= {most:g} MiB", "ok": result["rss_mb"] <= most})  # fmt: skip
         if "beat_cpu_us" in result:
             beats = f"{result['beats']:,.0f} node heartbeats, {n}"
             rows.append({"name": f"controller CPU per node status event ({beats})", "unit": "us",
@@ -274,6 +339,11 @@ def run() -> list[dict[str, Any]]:
                          "value": result["leave_writes"], "target": None, "ok": None})  # fmt: skip
             rows.append({"name": f"time until the inventory shows {leave} nodes gone, {n}", "unit": "s",
                          "value": result["leave_absorbed_s"], "target": None, "ok": None})  # fmt: skip
+    rows.extend(_memory_rows(rss))
+    limit, largest = chart_limit_mib(), max(rss)
+    rows.append({"name": f"the chart's controller memory limit, for {largest:,} nodes x 8 GPUs by its formula",
+                 "value": limit, "unit": "MiB", "target": f">= {container_mib(largest):g} MiB",
+                 "ok": limit >= container_mib(largest)})  # fmt: skip
     full = asyncio.run(_scenario(100, simulate=True))
     rows.append({"name": "time to ready, 100 nodes, simulated cluster (operand pods, claims, slices)",
                  "value": full["ready_s"], "unit": "s", "target": "< 5 s", "ok": full["ready_s"] < 5})  # fmt: skip

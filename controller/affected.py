@@ -15,6 +15,7 @@ the MIG profiles the slices publish). So:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -25,13 +26,15 @@ from gpucluster.controller.explain import pod_claims
 
 
 def spec_fingerprint(obj: Mapping[str, Any] | None) -> bytes | None:
-    """What of an object an answer can depend on (its ``spec``, key order aside); None when gone."""
+    """What of an object an answer can depend on (a digest of its ``spec``, key order aside: 16
+    bytes kept per slice, not the spec's JSON); None when gone."""
     if obj is None:
         return None
     try:
-        return orjson.dumps(obj.get("spec"), option=orjson.OPT_SORT_KEYS)
+        encoded = orjson.dumps(obj.get("spec"), option=orjson.OPT_SORT_KEYS)
     except TypeError:  # not JSON (a huge integer): compared as written, at worst one event too many
-        return repr(obj.get("spec")).encode()
+        encoded = repr(obj.get("spec")).encode()
+    return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.controller.nodes import label_patch, nodes_with_claims
+from gpucluster.controller.transforms import trim_node
 from gpucluster.kube.client import KubeError
-from gpucluster.kube.reflector import strip_managed_fields
 
 log = logging.getLogger("gpucluster.controller.nodes")
 
@@ -69,7 +69,7 @@ class NodeLabeller:
                 self.errors[name] = (exc.status if isinstance(exc, KubeError) else None, str(exc) or repr(exc))
                 raise
             result.setdefault("kind", "Node")
-            self.state.upsert("Node", strip_managed_fields(result))
+            self.state.upsert("Node", trim_node(result))  # as the reflector caches it
             log.debug("labelled node=%s labels=%s", name, patch)
         self._settle(name)
 

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gpucluster import timestamps
 from gpucluster.claimtemplates import expected_templates
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
+from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.paths import collection_path, object_path
 from gpucluster.kube.reflector import Reflector, Resource
@@ -389,7 +390,10 @@ class FairQueue:
 
 class Provisioner:
     """Runs the reflectors of translated pods, our templates and ResourceSlices (the published MIG
-    profiles), and a pass after every change."""
+    profiles), and a pass after every change.
+
+    ``cluster``: a cache whose ResourceSlices to read instead (the controller's, so that the
+    slices are held once); its owner calls :meth:`slices_changed` on their events."""
 
     def __init__(
         self,
@@ -404,6 +408,7 @@ class Provisioner:
         clock: Callable[[], float] = time.monotonic,
         concurrency: int = DEFAULT_CONCURRENCY,
         touch: bool = True,
+        cluster: ClusterState | None = None,
     ) -> None:
         self.kube = kube
         self.event = event
@@ -415,11 +420,12 @@ class Provisioner:
         self.concurrency = max(1, concurrency)
         self.touch = touch
         self.state = ClusterState()
+        self.cluster = cluster if cluster is not None else self.state  # where the ResourceSlices are
         self.metrics = ProvisionMetrics(registry or CollectorRegistry())
         self.dirty = asyncio.Event()
+        watched = (TRANSLATED_PODS, PROVISIONED_TEMPLATES) + ((RESOURCE_SLICES,) if cluster is None else ())
         self.reflectors = [
-            Reflector(kube, r, self.state, on_event=self._on_event)
-            for r in (TRANSLATED_PODS, PROVISIONED_TEMPLATES, RESOURCE_SLICES)
+            Reflector(kube, r, self.state, on_event=self._on_event, transform=transform_for(r.kind)) for r in watched
         ]
         self.unreferenced_since: dict[Key, float] = {}
         self.satisfied: set[Key] = set()  # someone else's template with our spec
@@ -438,8 +444,12 @@ class Provisioner:
     def _on_event(self, kind: str, obj: KubeObject) -> None:
         self.dirty.set()
 
+    def slices_changed(self) -> None:
+        """A ResourceSlice of ``cluster`` was listed, added, changed or deleted."""
+        self.dirty.set()
+
     def synced(self) -> bool:
-        return self.state.synced(["Pod", "ResourceClaimTemplate", "ResourceSlice"])
+        return self.state.synced(["Pod", "ResourceClaimTemplate"]) and self.cluster.synced(["ResourceSlice"])
 
     def owned(self) -> list[KubeObject]:
         """The templates gpucluster created (:func:`owned`): what the collector and the finalizer may delete."""
@@ -523,7 +533,7 @@ class Provisioner:
         self.passes += 1
         pods = self.state.list("Pod")
         self._memo_keep()
-        result = plan(pods, self._ours, self.satisfied, self.state, self._wanted, self._is_spec)
+        result = plan(pods, self._ours, self.satisfied, self.cluster, self._wanted, self._is_spec)
         self.satisfied &= result.referenced
         for key in set(self.backoff) - set(result.create):
             del self.backoff[key]
@@ -531,7 +541,7 @@ class Provisioner:
         for pod, why in result.refused:
             await self._report(pod, "Warning", REFUSED_REASON, f"gpucluster provisions no claim template: {why}")
         for pod, (namespace, name), live in result.conflicts:
-            want = result_spec(pod, name, self.state)
+            want = result_spec(pod, name, self.cluster)
             await self._conflict(pod, namespace, name, want, live.get("spec"))
         if self.accepting():
             await self._create_all(result, wait=wait)

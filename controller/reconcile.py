@@ -52,10 +52,11 @@ from gpucluster.controller.plan import (
 )
 from gpucluster.controller.prerequisites import PrerequisiteCheck
 from gpucluster.controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
+from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
 from gpucluster.kube.paths import collection_path, object_path
-from gpucluster.kube.reflector import Resource, strip_managed_fields
+from gpucluster.kube.reflector import Resource
 
 __all__ = [
     "FINALIZER",
@@ -306,7 +307,8 @@ class Reconciler:
             result = {}
         if metadata(result).get("deletionTimestamp") and metadata(result).get("finalizers"):
             result.setdefault("kind", obj.get("kind"))
-            self.state.upsert(str(obj.get("kind")), result)  # still there, deleting (foreground)
+            kind = str(obj.get("kind"))
+            self.state.upsert(kind, transform_for(kind)(result))  # still there, deleting (foreground)
         else:
             self.state.delete(str(obj.get("kind")), obj)
 
@@ -355,7 +357,7 @@ class Reconciler:
                     raise
             else:
                 result.setdefault("kind", "Node")
-                self.state.upsert("Node", strip_managed_fields(result))
+                self.state.upsert("Node", transform_for("Node")(result))
         if isinstance(write, Apply | Delete) and write.reason:
             self.changes.changed(write)
 

@@ -45,6 +45,7 @@ from gpucluster.controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from gpucluster.controller.reconcile import Api, Reconciler, owned_resources
 from gpucluster.controller.status import PERMISSION_DENIED
 from gpucluster.controller.stranded import StrandedPods
+from gpucluster.controller.transforms import transform_for
 from gpucluster.errors import InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
@@ -181,7 +182,7 @@ class Controller:
         registry = self.metrics.registry
         self.provisioner = Provisioner(
             kube, event=self.reconciler.api.event, leads=self._leads, grace_period=template_grace_period,
-            registry=registry, accepting=self._accepting_templates,
+            registry=registry, accepting=self._accepting_templates, cluster=self.state,
         )  # fmt: skip
         self.reconciler.peers.provisioned_templates = self.provisioner.owned
         self.stranded = StrandedPods(self.state, namespace, delete=delete_stranded_pods, registry=registry)
@@ -246,6 +247,8 @@ class Controller:
                 self._clusters_seen[name] = seen
                 self.resync()
         elif kind in ("ResourceSlice", "DeviceClass"):
+            if kind == "ResourceSlice":
+                self.provisioner.slices_changed()  # it reads this cache's slices (published MIG profiles)
             name = str(metadata(obj).get("name"))
             spec = None if type_ == "DELETED" else spec_fingerprint(obj)
             spec_before = self._specs.pop((kind, name), None)
@@ -284,6 +287,7 @@ class Controller:
                 )
                 if kind == "ResourceSlice":
                     self._profiles = published(self.state).mig_profiles
+                    self.provisioner.slices_changed()
             self.resync()
 
     # ------------------------------------------------------------------ syncs
@@ -424,7 +428,15 @@ class Controller:
     async def run(self, stop: asyncio.Event) -> None:
         resources = self._resources()
         self.reflectors = [
-            Reflector(self.kube, r, self.state, on_event=self._on_event, on_list=self._on_list) for r in resources
+            Reflector(
+                self.kube,
+                r,
+                self.state,
+                on_event=self._on_event,
+                on_list=self._on_list,
+                transform=transform_for(r.kind),
+            )
+            for r in resources
         ]
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(r.run()) for r in self.reflectors]
         tasks.append(asyncio.create_task(self.provisioner.run(stop)))

@@ -74,6 +74,14 @@ class Gone(Exception):
 
 
 class Reflector:
+    """Lists and watches ``resource`` into ``state``.
+
+    ``transform`` is applied to every object before it is cached, listed or watched alike (a
+    DELETED event's object too), as client-go's ``SetTransform``: what a cache holds of an object
+    is what its readers need (the controller's are in controller/transforms.py). The default
+    drops ``metadata.managedFields``. ``on_event`` is told the transformed object.
+    """
+
     def __init__(
         self,
         kube: Kube,
@@ -111,8 +119,9 @@ class Reflector:
             for item in page.get("items") or []:
                 item.setdefault("kind", kind)  # list items arrive without kind/apiVersion
                 item.setdefault("apiVersion", api_version)
-                items.append(self.transform(item))
+                items.append(self._unchanged(item) or self.transform(item))
             meta = page.get("metadata") or {}
+            del page  # the page as served is garbage before the next one arrives: only the transformed stay
             cont = str(meta.get("continue") or "")
             if not cont:
                 self.state.replace(self.resource.kind, items)
@@ -123,6 +132,18 @@ class Reflector:
                     log.info("reflector recovered kind=%s", self.resource.kind)
                 self.error = None
                 return str(meta.get("resourceVersion") or "")
+
+    def _unchanged(self, item: KubeObject) -> KubeObject | None:
+        """The cached copy of a listed object when it has the same resourceVersion: a relist (a
+        watch expired) then costs no second copy of the cache while the old one is still held."""
+        meta = item.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        if not version:
+            return None
+        cached = self.state.get(self.resource.kind, str(meta.get("name") or ""), str(meta.get("namespace") or ""))
+        if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == version:
+            return cached
+        return None
 
     async def _watch(self, resource_version: str) -> str:
         query = [

@@ -21,6 +21,7 @@ from gpucluster.controller.operands import render as render_operands
 from gpucluster.controller.runtime import Controller
 from gpucluster.kube.paths import plural
 from gpucluster.kube.reflector import RESOURCES
+from gpucluster.translate import parse_quantity
 from gpucluster.webhook.admission import HOOKS
 from gpucluster.webhook.configurations import webhook_configurations
 from tests.chart import helm, schema
@@ -130,6 +131,17 @@ def test_docs_helm_reference_defaults() -> None:
     assert values["webhook"]["enabled"] is True and values["webhook"]["translation"]["mode"] == "auto"
     assert values["webhook"]["certificates"]["mode"] == "self-managed"
     assert values["operator"]["replicas"] == 2
+
+
+def test_the_controller_memory_limit_holds_20000_nodes() -> None:
+    """values.yaml's formula (README, "memory per 1,000 nodes"): the caches 128 MiB + 12 MiB per 1,000
+    nodes x 8 GPUs (`make bench` measures the line), x 1.5 for a relist, plus the allocator worker
+    32 MiB + 16 MiB per 1,000 nodes."""
+    resources = helm.chart().values["operator"]["resources"]
+    thousands = 20
+    needed = 1.5 * (128 + 12 * thousands) + 32 + 16 * thousands
+    assert parse_quantity(resources["limits"]["memory"]) >= needed * 2**20
+    assert parse_quantity(resources["requests"]["memory"]) <= parse_quantity(resources["limits"]["memory"])
 
 
 @pytest.mark.parametrize(

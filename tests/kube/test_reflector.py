@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucluster.clusterstate import ClusterState
-from gpucluster.kube.reflector import RESOURCES, Reflector
+from gpucluster.kube.reflector import RESOURCES, Reflector, strip_managed_fields
 from tests.kit.fakekube import FakeKube
 
 MANAGED = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
@@ -43,3 +43,48 @@ async def test_listed_and_watched_objects_are_cached_without_managed_fields() ->
         cached = state.get("Node", name)
         assert cached is not None and "managedFields" not in cached["metadata"]
         assert cached["metadata"]["resourceVersion"]
+
+
+async def test_the_transform_sees_every_object_before_it_is_cached_or_told() -> None:
+    state = ClusterState()
+    kube = FakeKube([node("n1")])
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": obj["kind"], "metadata": {"name": obj["metadata"]["name"], "seen": True}}
+
+    reflector = Reflector(
+        kube, RESOURCES["Node"], state, transform=transform, on_event=lambda type_, obj: events.append((type_, obj))
+    )
+    task = asyncio.create_task(reflector.run())
+    await until(lambda: state.get("Node", "n1"))  # listed
+    kube.put(node("n2"))  # watched: added
+    await until(lambda: state.get("Node", "n2"))
+    kube.remove("/api/v1/nodes/n1")  # watched: deleted
+    await until(lambda: state.get("Node", "n1") is None)
+    task.cancel()
+    assert state.list("Node") == [{"kind": "Node", "metadata": {"name": "n2", "seen": True}}]
+    assert [(type_, obj["metadata"]) for type_, obj in events] == [
+        ("ADDED", {"name": "n2", "seen": True}),
+        ("DELETED", {"name": "n1", "seen": True}),
+    ]
+
+
+async def test_a_relist_keeps_the_cached_copy_of_an_object_whose_version_did_not_change() -> None:
+    state = ClusterState()
+    kube = FakeKube([node("n1"), node("n2")])
+    transformed: list[str] = []
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        transformed.append(obj["metadata"]["name"])
+        return strip_managed_fields(obj)
+
+    reflector = Reflector(kube, RESOURCES["Node"], state, transform=transform)
+    await reflector._list()
+    n1, n2 = state.get("Node", "n1"), state.get("Node", "n2")
+    kube.put({**node("n2"), "metadata": {"name": "n2", "labels": {"changed": "true"}}})
+    await reflector._list()  # a relist, as after a 410
+    assert state.get("Node", "n1") is n1  # the same object: no second copy while the old is held
+    changed = state.get("Node", "n2")
+    assert changed is not n2 and changed is not None and changed["metadata"]["labels"] == {"changed": "true"}
+    assert transformed == ["n1", "n2", "n2"]
