@@ -29,7 +29,8 @@ def _escape(key: str) -> str:
 def diff(original: Any, modified: Any, path: str = "") -> list[dict[str, Any]]:
     """RFC 6902 operations turning ``original`` into ``modified``.
 
-    Equal subtrees are skipped at C speed (``==``); objects are compared key by key and lists of
+    Shared subtrees (the same object on both sides, as a copy-on-write mutation leaves them) are
+    skipped at once, equal ones at C speed (``==``); objects are compared key by key and lists of
     equal length item by item, so a mutation deep inside a pod yields operations on just the
     fields that changed. Anything else (lists that changed length, type changes) is diffed by
     ``jsonpatch``. ``jsonpatch.apply_patch(original, diff(original, modified)) == modified``.
@@ -37,16 +38,23 @@ def diff(original: Any, modified: Any, path: str = "") -> list[dict[str, Any]]:
     Limit: inside containers that compare equal, values Python holds equal (``1``, ``1.0``,
     ``True``) are not told apart; the mutations we diff never turn one into another.
     """
-    if original == modified and type(original) is type(modified):
+    if original is modified or (original == modified and type(original) is type(modified)):
         return []
+    return _changed(original, modified, path)
+
+
+def _changed(original: Any, modified: Any, path: str) -> list[dict[str, Any]]:
+    """:func:`diff` of values known to differ (unequal, or equal of different types)."""
     if type(original) is dict and type(modified) is dict:
         ops: list[dict[str, Any]] = []
         for key, value in original.items():
             other = modified.get(key, _MISSING)
+            if other is value:
+                continue
             if other is _MISSING:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
             elif not (value == other and type(value) is type(other)):
-                ops += diff(value, other, f"{path}/{_escape(key)}")
+                ops += _changed(value, other, f"{path}/{_escape(key)}")
         for key, value in modified.items():
             if key not in original:
                 ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})

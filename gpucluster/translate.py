@@ -97,7 +97,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import count, pairwise
@@ -134,6 +134,7 @@ __all__ = [
     "templates_from_annotation",
     "translate_pod",
     "translate_pod_spec",
+    "translated_part",
 ]
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
@@ -209,9 +210,13 @@ _SHARING_PATTERN = re.compile(
 def sharing_resource(resource: str, config: TranslationConfig = DEFAULT_CONFIG) -> bool:
     """Whether ``resource`` is a GPU-sharing qualifier (a fraction of a GPU: memory, cores, a
     priority) rather than something ``config`` translates."""
-    return config.resolve(resource) is None and (
-        resource in HAMI_SHARING_RESOURCES or _SHARING_PATTERN.match(resource) is not None
-    )
+    return config.resolve(resource) is None and _sharing_name(resource)
+
+
+def _sharing_name(resource: str) -> bool:
+    """Whether ``resource`` is named like a GPU-sharing qualifier (:func:`sharing_resource` of a
+    resource the config does not translate)."""
+    return resource in HAMI_SHARING_RESOURCES or _SHARING_PATTERN.match(resource) is not None
 
 
 @dataclass(frozen=True)
@@ -373,6 +378,10 @@ def parse_quantity(value: Any) -> Fraction:
         raise ValueError(f"{value!r} is not a quantity") from None
 
 
+# The translated-from annotation: json.dumps(record, sort_keys=True), with one encoder.
+_RECORD = json.JSONEncoder(sort_keys=True)
+
+
 def _quantity_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -422,13 +431,30 @@ def _request_bases(resources: Iterable[str]) -> dict[str, str]:
     return bases
 
 
+# The canonical JSON that names are hashes of (part of the names' contract: never change it).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def _digest(value: Any) -> str:
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(_CANONICAL.encode(value).encode()).hexdigest()
+
+
+def _spec_digest(spec: Mapping[str, Any]) -> str:
+    """:func:`_digest` of a template spec a translation builds (strings, integers, lists and
+    objects; no floats), with orjson: its sorted compact JSON is byte for byte the canonical JSON
+    whenever it is ASCII without DEL (which ``ensure_ascii`` escapes); anything else (and
+    integers orjson refuses) takes the canonical encoder."""
+    try:
+        canonical = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return _digest(spec)
+    if not canonical.isascii() or b"\x7f" in canonical:
+        return _digest(spec)
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def _template_name(prefix: str, summary: str, spec: Mapping[str, Any]) -> str:
-    digest = _digest(spec)[:_HASH_LEN]
+    digest = _spec_digest(spec)[:_HASH_LEN]
     room = _DNS_LABEL_MAX - len(prefix) - len(digest) - 2
     short = summary[: max(room, 0)].strip("-")
     return f"{prefix}-{short}-{digest}" if short else f"{prefix}-{digest}"
@@ -479,31 +505,60 @@ class _Container:
 
     @property
     def label(self) -> str:
-        return {"init": "init container", "sidecar": "sidecar", "regular": "container"}[self.kind] + f" {self.name}"
+        return _label(self.kind, self.name)
+
+
+_KIND_LABELS: Mapping[Kind, str] = {"init": "init container", "sidecar": "sidecar", "regular": "container"}
+
+
+def _label(kind: Kind, name: str) -> str:
+    return f"{_KIND_LABELS[kind]} {name}"
 
 
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # a dict without the ABC's check
+
+
 def _as_dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if _is_mapping(value) else {}
 
 
 def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[Kind, str, int, Mapping[str, Any]]]:
     found: list[tuple[Kind, str, int, Mapping[str, Any]]] = []
     for i, c in enumerate(_as_list(pod_spec.get("initContainers"))):
-        if isinstance(c, Mapping):
+        if _is_mapping(c):
             kind: Kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
             found.append((kind, "initContainers", i, c))
     for i, c in enumerate(_as_list(pod_spec.get("containers"))):
-        if isinstance(c, Mapping):
+        if _is_mapping(c):
             found.append(("regular", "containers", i, c))
     return found
 
 
 def _check(resource: str, limit: Any, request: Any) -> tuple[int | None, str | None]:
     """(count, None) for a translatable request, or (None, why not)."""
+    if (
+        type(limit) is str
+        and (request is _MISSING or request == limit)
+        and len(limit) <= _PLAIN_COUNT_DIGITS
+        and limit.isascii()
+        and limit.isdigit()
+    ):
+        return int(limit), None  # the usual case, a count in plain digits: what _check_quantities gives it
+    return _check_quantities(resource, limit, request)
+
+
+# Plain decimal digits up to this many are a count without parsing: a whole number, not negative,
+# below MAX_COUNT (19 digits) and what resource.ParseQuantity reads them as.
+_PLAIN_COUNT_DIGITS = 18
+
+
+def _check_quantities(resource: str, limit: Any, request: Any) -> tuple[int | None, str | None]:
+    """:func:`_check` by the quantity parser, for any limit and request."""
     if limit is _MISSING:
         return None, f"{resource} has a request but no limit (Kubernetes requires one)"
     try:
@@ -535,13 +590,14 @@ def _analyse(
     problems: list[str] = []
     for position, (kind, fld, index, c) in enumerate(_containers(pod_spec)):
         name = str(c.get("name", f"{fld}[{index}]"))
-        label = _Container(kind, position, fld, index, name, {}, {}, {}).label
+        label = _label(kind, name)
         resources = _as_dict(c.get("resources"))
         limits = _as_dict(resources.get("limits"))
         requests = _as_dict(resources.get("requests"))
         names = sorted(str(r) for r in set(limits) | set(requests))
-        gpus = tuple(r for r in names if config.resolve(r) is not None)
-        qualifiers = tuple(r for r in names if gpus and sharing_resource(r, config))
+        mappings = {r: config.resolve(r) for r in names}
+        gpus = tuple(r for r in names if mappings[r] is not None)
+        qualifiers = tuple(r for r in names if mappings[r] is None and _sharing_name(r)) if gpus else ()
         if qualifiers:
             # One request to a sharing scheduler: the whole container stays as it is. Its other
             # unknown nvidia.com/ resources are still reported.
@@ -560,7 +616,7 @@ def _analyse(
         zeros: dict[str, str] = {}
         invalid: list[str] = []
         for resource in names:
-            if config.resolve(resource) is None:
+            if mappings[resource] is None:
                 if config.watched(resource):
                     problems.append(f"{label}: {resource} is not a resource gpucluster translates; left as it is")
                 continue
@@ -597,6 +653,9 @@ class _Piece:
 
 def _plan_resource(resource: str, users: Sequence[tuple[_Container, int]]) -> list[_Piece]:
     """Cut one resource's device line into pieces (see the module docstring)."""
+    if len(users) == 1:  # the usual case: one container's devices are one piece, whatever its kind
+        container, n = users[0]
+        return [_Piece(resource, n, [container.position])]
     regular = [(c, n) for c, n in users if c.kind == "regular"]
     sidecars = sorted(((c, n) for c, n in users if c.kind == "sidecar"), key=lambda cn: -cn[0].position)
     inits = [(c, n) for c, n in users if c.kind == "init"]
@@ -729,6 +788,7 @@ def translate_pod_spec(
     namespace: str | None,
     existing_annotations: Mapping[str, str] | None = None,
     config: TranslationConfig = DEFAULT_CONFIG,
+    share: bool = False,
 ) -> Translation:
     """Translate the GPU extended resources of a pod spec (or pod template spec) into DRA claims.
 
@@ -736,8 +796,13 @@ def translate_pod_spec(
     copy when ``changed`` is false). ``existing_annotations`` are the pod's (or template's)
     annotations, used to recognise a pod that was already translated. ``namespace`` is set on the
     returned templates when given.
+
+    ``share=True`` copies only what the translation changes (the spec, the container lists and
+    the containers it rewrites, their resources): the copy shares every other subtree with
+    ``pod_spec``, so neither may be modified afterwards. The webhook's choice: it diffs the two
+    and keeps both unchanged.
     """
-    out = clone(dict(pod_spec))
+    out = dict(pod_spec) if share else clone(dict(pod_spec))
     shared: list[SharedGPU] = []
     containers, problems = _analyse(pod_spec, config, shared)
     translation = Translation(pod_spec=out, problems=problems, shared=shared)
@@ -770,6 +835,12 @@ def translate_pod_spec(
     by_position = {c.position: c for c in containers}
     changes: list[tuple[int, str, str]] = []
     templates: dict[str, dict[str, Any]] = {}
+    # Copy on write: the lists that change are copied before they do (the containers, once each,
+    # by _rewritten); the rest of ``out`` may be ``pod_spec``'s own (share=True).
+    for source in {c.source for c in containers}:
+        out[source] = list(out[source])
+    if isinstance(out.get("resourceClaims"), list):
+        out["resourceClaims"] = list(out["resourceClaims"])
     for claim in claims:
         tpl_name = claim.template["metadata"]["name"]
         templates.setdefault(tpl_name, claim.template)
@@ -783,7 +854,7 @@ def translate_pod_spec(
                 refs = [{"name": claim.name}]
             else:
                 refs = [{"name": claim.name, "request": name} for name in used]
-            _rewrite_container(out[c.source][c.index], [*c.counts, *c.zeros], refs)
+            out[c.source][c.index] = _rewritten(out[c.source][c.index], {*c.counts, *c.zeros}, refs)
             for resource in sorted(c.counts):
                 names = [
                     name for name, piece in claim.requests if piece.resource == resource and position in piece.users
@@ -800,29 +871,56 @@ def translate_pod_spec(
             translation.resources[piece.resource] = translation.resources.get(piece.resource, 0) + piece.size
 
     record = {"containers": {c.name: dict(sorted(c.originals.items())) for c in containers}}
-    translation.annotations = {config.annotation: json.dumps(record, sort_keys=True)}
+    translation.annotations = {config.annotation: _RECORD.encode(record)}
     translation.templates = list(templates.values())
     translation.changes = [line for _, _, line in sorted(changes)]
     translation.changed = True
     return translation
 
 
-def _rewrite_container(container: dict[str, Any], counts: Sequence[str], refs: list[dict[str, str]]) -> None:
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        resources = {}
-        container["resources"] = resources
+# What translate_pod_spec reads of a pod spec: the container lists, each container's name,
+# restartPolicy and resources, and the pod's resourceClaims.
+_CONTAINER_LISTS = ("initContainers", "containers")
+_CONTAINER_FIELDS = ("name", "restartPolicy", "resources")
+
+
+def translated_part(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of ``pod_spec`` a translation reads and changes, in the spec's key order: its
+    container lists (every item kept at its index; a container's name, restartPolicy and resources
+    only) and resourceClaims. Its translation is the spec's (``pod_spec`` aside: the translated
+    part), and so is the diff of the two. The pods of a Job, a StatefulSet or a Deployment that
+    differ in their env, args or images share it."""
+    part: dict[str, Any] = {}
+    for key, value in pod_spec.items():
+        if key in _CONTAINER_LISTS and type(value) is list:
+            part[key] = [
+                {name: c[name] for name in _CONTAINER_FIELDS if name in c} if type(c) is dict else c for c in value
+            ]
+        elif key in _CONTAINER_LISTS or key == "resourceClaims":
+            part[key] = value
+    return part
+
+
+def _rewritten(container: Mapping[str, Any], counts: Set[str], refs: list[dict[str, str]]) -> dict[str, Any]:
+    """A copy of ``container`` without the ``counts`` resources and with the claims ``refs``
+    (copied down to the resources it changes; keys keep their places)."""
+    out = dict(container)
+    resources = out.get("resources")
+    resources = dict(resources) if isinstance(resources, dict) else {}
+    out["resources"] = resources
     for key in ("limits", "requests"):
         values = resources.get(key)
         if isinstance(values, dict):
-            for resource in counts:
-                values.pop(resource, None)
-            if not values:
+            kept = {name: value for name, value in values.items() if name not in counts}
+            if kept:
+                resources[key] = kept
+            else:
                 del resources[key]
     claims = resources.get("claims")
     if not isinstance(claims, list):
         claims = []
     resources["claims"] = claims + refs
+    return out
 
 
 def translate_pod(

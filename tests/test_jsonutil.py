@@ -1,4 +1,4 @@
-"""The JSON diff applies to the original and yields the modified value; clone is deep."""
+"""The JSON diff applies to the original and yields the modified value, shared subtrees or not; clone is deep."""
 
 from __future__ import annotations
 
@@ -47,3 +47,25 @@ def test_clone_is_equal_and_independent(value: Any) -> None:
     if isinstance(copy, dict):
         copy["__new__"] = 1
         assert "__new__" not in value
+
+
+def mutate(value: Any, steps: list[int], new: Any) -> Any:
+    """A copy-on-write change of ``value``: the subtree that ``steps`` lead to becomes ``new``, its
+    ancestors are copied and everything else is shared (the same objects)."""
+    if not steps or not isinstance(value, dict | list) or not value:
+        return new
+    index = steps[0] % len(value)
+    if isinstance(value, dict):
+        key = list(value)[index]
+        return {**value, key: mutate(value[key], steps[1:], new)}
+    out = list(value)
+    out[index] = mutate(value[index], steps[1:], new)
+    return out
+
+
+@settings(max_examples=500, deadline=None)
+@given(json_values, st.lists(st.integers(0, 3), max_size=4), json_values)
+def test_shared_subtrees_diff_as_equal_copies(original: Any, steps: list[int], new: Any) -> None:
+    modified = mutate(original, steps, new)
+    assert diff(original, modified) == diff(clone(original), clone(modified))
+    assert jsonpatch.apply_patch(original, diff(original, modified)) == modified

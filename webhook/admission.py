@@ -110,6 +110,17 @@ def hooks(path: Path) -> dict[tuple[str, str], Hook]:
     return {(h.group, h.kind): h for h in HOOKS if h.path == path}
 
 
+# hooks(path) as last made, with the HOOKS it was made of: every review looks its hook up here.
+_SERVED: dict[Path, tuple[tuple[Hook, ...], dict[tuple[str, str], Hook]]] = {}
+
+
+def _served(path: Path) -> dict[tuple[str, str], Hook]:
+    made = _SERVED.get(path)
+    if made is None or made[0] is not HOOKS:  # HOOKS replaced (tests do): made again
+        made = _SERVED[path] = (HOOKS, hooks(path))
+    return made[1]
+
+
 @dataclass
 class Admission:
     """What one review produced: the response, and for offline use the patched object and ``creates``
@@ -144,7 +155,7 @@ def _failed(hook: Hook, request: AdmissionRequest, exc: Exception) -> Verdict:
 
 def admit_request(request: AdmissionRequest, *, path: Path, cluster: ClusterState, settings: Settings) -> Admission:
     """Answer a decoded request on ``path`` with the matching rule."""
-    hook = hooks(path).get((request.group, request.kind))
+    hook = _served(path).get((request.group, request.kind))
     if hook is None or request.sub_resource:
         verdict = Verdict.allow(outcome="skipped")
     else:

@@ -248,7 +248,9 @@ def build_app(
 ) -> web.Application:
     """The aiohttp application (TLS and the connection limits are applied by :func:`serve`)."""
     limits = limits or ServerLimits()
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_no_reviews_on_the_health_port])
+    # No middleware of ours on the review path (each is two more coroutines per review): serve()
+    # adds _no_reviews_on_the_health_port when it opens a health port.
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[CLUSTER_KEY] = cluster
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = WebhookMetrics()
@@ -555,6 +557,8 @@ async def serve(
     if not tls.loaded:
         raise RuntimeError(f"cannot load TLS material from {tls.cert_file} and {tls.key_file}")
     tls.check_live()
+    if health_port is not None:
+        app.middlewares.insert(0, _no_reviews_on_the_health_port)  # the outermost, before client authentication
     runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
     await runner.setup()
     site = _Site(runner, host, port, ssl_context=tls.context, limits=app[LIMITS_KEY], metrics=app[METRICS_KEY])

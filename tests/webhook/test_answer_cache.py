@@ -1,5 +1,7 @@
 """The pod rule's whole-answer cache: pods of one workload share an answer, never their names, and
-a change of the cluster view is seen at once."""
+a change of the cluster view is seen at once. Pods that differ in what a translation never reads
+(env, args, images) share a translation and still get their own answer, the one a fresh view
+gives and the one the translation of the whole pod says."""
 
 from __future__ import annotations
 
@@ -7,13 +9,17 @@ import json
 from typing import Any
 
 import jsonpatch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpucluster.clusterstate import ClusterState
-from gpucluster.policy import Settings
+from gpucluster.policy import WEBHOOK_CONFIG, Settings
+from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
 from gpucluster.webhook.admission import Admission, admit
 from gpucluster.webhook.review import decode_patch
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
+from tests.webhook.test_pods_properties import gpu_pods
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 
@@ -63,3 +69,60 @@ def test_a_change_of_the_cluster_view_is_seen_by_the_next_review() -> None:
         "Namespace", {**NAMESPACE, "metadata": {"name": "ml", "labels": {"gpucluster.nvidia.com/translate": "false"}}}
     )
     assert decode_patch(answer(replica(3), state).response) == []
+
+
+def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
+    """``obj`` as pod ``i`` of its workload: every container's env, args and image its own."""
+    out = json.loads(json.dumps(obj))
+    out["metadata"]["name"] = f"job-{i}"
+    for c in [*out["spec"].get("initContainers", []), *out["spec"]["containers"]]:
+        c["env"] = [{"name": "JOB_COMPLETION_INDEX", "value": str(i)}]
+        c["args"] = [f"--rank={i}"]
+        c["image"] = f"registry.example.com/train:{i}"
+    return out
+
+
+def outcome(out: Admission) -> tuple[Any, ...]:
+    return (decode_patch(out.response), out.response["response"].get("warnings"), out.creates, out.verdict.outcome)
+
+
+def translated(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the translation of the whole pod (no part, no memo, no diff) says it is admitted."""
+    expected, translation = translate_pod(obj, namespace="ml", config=WEBHOOK_CONFIG)
+    if translation.changed:
+        meta = expected["metadata"]
+        meta["labels"] = {**meta.get("labels", {}), TRANSLATED_LABEL: "true"}
+        meta["annotations"][TEMPLATES_ANNOTATION] = templates_annotation(translation.templates)
+    return expected
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpu_pods(), st.integers(2, 4))
+def test_pods_that_differ_in_env_args_and_images_get_their_own_answer(obj: dict[str, Any], n: int) -> None:
+    state = ClusterState.from_objects([NAMESPACE])
+    for i in range(n):
+        mine = own(obj, i)
+        out = answer(mine, state)  # after its siblings: their translation is known
+        assert outcome(out) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))
+        patched = jsonpatch.apply_patch(mine, decode_patch(out.response))
+        assert patched == translated(mine)
+        assert all(c["image"] == f"registry.example.com/train:{i}" for c in patched["spec"]["containers"])
+
+
+def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
+    (template,) = answer(own(replica(0), 0), ClusterState.from_objects([NAMESPACE])).creates
+    taken = {**template, "spec": {"spec": {"devices": {"requests": []}}}}  # the name, another spec
+
+    def view() -> ClusterState:
+        return ClusterState.from_objects([NAMESPACE, taken])
+
+    state = view()
+    for i in range(3):
+        mine = own(replica(0), i)
+        out = answer(mine, state)
+        (renamed,) = out.creates
+        assert renamed["metadata"]["name"] != template["metadata"]["name"]
+        patched = jsonpatch.apply_patch(mine, decode_patch(out.response))
+        assert patched["spec"]["containers"][0]["image"] == f"registry.example.com/train:{i}"
+        assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == renamed["metadata"]["name"]
+        assert outcome(out) == outcome(answer(mine, view()))

@@ -45,6 +45,7 @@ from gpucluster.translate import (
     template_name_candidates,
     templates_annotation,
     translate_pod_spec,
+    translated_part,
 )
 from gpucluster.webhook.review import AdmissionRequest, Patch, Verdict, short_warning
 
@@ -97,10 +98,11 @@ class _SpecMemo:
     """What the pod rule learnt about pod specs, by content: a function of the key alone, so it is
     kept on the cluster view for the view's life (:func:`_spec_memo`), not per generation.
 
-    The pods of a Deployment, Job or StatefulSet share one spec, so at scale most reviews repeat a
-    translation already made. A translation's key is the spec's exact JSON, the namespace
-    (templates carry it), the existing translated-from annotation and the native mappings; values
-    are shared and never modified.
+    The pods of a Deployment, Job or StatefulSet share one spec, or differ only in what a
+    translation never reads (env, args, images: see :func:`translated_part`), so at scale most
+    reviews repeat a translation already made. A translation's key is the exact JSON of the part
+    of the spec it reads, the namespace (templates carry it), the existing translated-from
+    annotation and the native mappings; values are shared and never modified.
     """
 
     translations: LRU[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = field(
@@ -114,17 +116,20 @@ def _spec_memo(cluster: ClusterState) -> _SpecMemo:
 
 
 def _translate(
-    memo: _SpecMemo, spec: Mapping[str, Any], spec_key: bytes, namespace: str, marker: str | None, native: _Native
+    memo: _SpecMemo, part: Mapping[str, Any], part_key: bytes, namespace: str, marker: str | None, native: _Native
 ) -> tuple[Translation, list[dict[str, Any]]]:
-    """The translation of ``spec`` and its patch operations, made once per key."""
+    """The translation of a spec's :func:`translated_part` (``part_key`` its JSON) and its patch
+    operations (the spec's own: the part keeps the spec's paths), made once per key."""
     config, native_key = native
-    key = (spec_key, namespace, marker, native_key)
+    key = (part_key, namespace, marker, native_key)
     found = memo.translations.get(key)
     if found is not None:
         return found
     annotations = {config.annotation: marker} if marker is not None else None
-    translation = translate_pod_spec(spec, namespace=namespace, existing_annotations=annotations, config=config)
-    entry = (translation, diff(spec, translation.pod_spec, "/spec") if translation.changed else [])
+    translation = translate_pod_spec(
+        part, namespace=namespace, existing_annotations=annotations, config=config, share=True
+    )
+    entry = (translation, diff(part, translation.pod_spec, "/spec") if translation.changed else [])
     memo.translations.put(key, entry)
     return entry
 
@@ -181,15 +186,15 @@ def _meta_well_formed(pod: Mapping[str, Any]) -> bool:
     return all(meta.get(k) is None or isinstance(meta.get(k), dict) for k in ("labels", "annotations"))
 
 
-def _spec_gpu_resources(memo: _SpecMemo, spec_key: bytes) -> frozenset[str]:
-    """GPU-looking resource names a pod spec asks for (none for a malformed spec). Keyed by the
-    spec's JSON: the pods of one workload share it, so this runs once per workload."""
-    found = memo.gpu_resources.get(spec_key)
+def _spec_gpu_resources(memo: _SpecMemo, part: dict[str, Any], part_key: bytes) -> frozenset[str]:
+    """GPU-looking resource names a pod spec asks for (none for a malformed spec), from its
+    :func:`translated_part` (the containers' resources; ``part_key`` its JSON, the key): the pods
+    of one workload share it, so this runs once per workload."""
+    found = memo.gpu_resources.get(part_key)
     if found is None:
-        spec = orjson.loads(spec_key)
-        names = _gpu_resource_names(spec, WEBHOOK_CONFIG) if _spec_well_formed(spec) else ()
+        names = _gpu_resource_names(part, WEBHOOK_CONFIG) if _spec_well_formed(part) else ()
         found = frozenset(names)
-        memo.gpu_resources.put(spec_key, found)
+        memo.gpu_resources.put(part_key, found)
     return found
 
 
@@ -254,24 +259,25 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     except TypeError:  # settings that cannot be hashed: no caching, same answer
         return _mutate_pod(request, cluster, settings)
     if shared is None:
-        verdict = _mutate_pod(request, cluster, settings, spec_key=key[0])
+        verdict = _mutate_pod(request, cluster, settings)
         entries.put(key, replace(verdict, warnings=list(verdict.warnings), creates=list(verdict.creates)))
         return verdict
     # The patch (and its encoding) is shared as it is: nothing in it is the pod's own.
     return replace(shared, warnings=list(shared.warnings), creates=list(shared.creates))
 
 
-def _mutate_pod(
-    request: AdmissionRequest, cluster: ClusterState, settings: Settings, *, spec_key: bytes | None = None
-) -> Verdict:
+def _mutate_pod(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
     if request.operation != "CREATE" or request.obj is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
     pod = request.obj
     if not _meta_well_formed(pod) or not isinstance(pod.get("spec"), dict):
         return Verdict.allow(outcome="skipped")
-    spec_key = spec_key if spec_key is not None else orjson.dumps(pod["spec"])
+    # What a translation reads of the spec (the rule itself reads nodeName besides): the pods of a
+    # workload that differ in env, args or images share it, and so what is learnt from it.
+    part = translated_part(pod["spec"])
+    part_key = orjson.dumps(part)
     memo = _spec_memo(cluster)
-    wanted = _spec_gpu_resources(memo, spec_key)
+    wanted = _spec_gpu_resources(memo, part, part_key)
     if not wanted:  # no GPU asked for, or a malformed spec
         return Verdict.allow(outcome="skipped")
     namespace = request.namespace or str(metadata(pod).get("namespace") or "")
@@ -294,7 +300,7 @@ def _mutate_pod(
     meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
-    translation, spec_ops = _translate(memo, pod["spec"], spec_key, namespace, marker, native)
+    translation, spec_ops = _translate(memo, part, part_key, namespace, marker, native)
     # A container left alone for GPU sharing gets the short form of its reason (the long one
     # does not fit in a warning).
     sharing = {shared.problem: shared for shared in translation.shared}
@@ -313,7 +319,7 @@ def _mutate_pod(
     if templates is None:
         return Verdict.allow(*warnings, _problem_warning(renamed))
     if renamed:
-        spec_ops = diff(pod["spec"], spec, "/spec")
+        spec_ops = diff(part, spec, "/spec")
     record = templates_annotation(templates)
     if len(record) > MAX_TEMPLATES_ANNOTATION_BYTES:
         return Verdict.allow(*warnings, _problem_warning(f"the claim templates need {len(record)} bytes of annotation"))
@@ -351,8 +357,9 @@ def _mutate_pod(
 def free_template_names(
     translation: Translation, namespace: str, cluster: ClusterState
 ) -> tuple[list[dict[str, Any]] | None, dict[str, Any], str]:
-    """The templates under names not taken by another spec, the pod spec that refers to them, and
-    whether any was renamed (``templates`` None: no free name; the third item says why)."""
+    """The templates under names not taken by another spec, the translated spec (or part of one)
+    that refers to them, and whether any was renamed (``templates`` None: no free name; the third
+    item says why)."""
     renames: dict[str, str] = {}
     templates = []
     for template in translation.templates:
