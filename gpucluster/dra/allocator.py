@@ -65,6 +65,8 @@ __all__ = [
 
 _NO_CAPACITY: Mapping[str, str] = MappingProxyType({})
 
+_ORDER, _SLICE = itemgetter(0), itemgetter(1)  # of (input position, slice)
+
 _TEXT_DEVICE_LINES = 10  # per request and node in to_text(); to_json() has all of them
 
 
@@ -76,9 +78,13 @@ class SelectorBackend:
     views: Callable[[Mapping[str, Any]], Sequence[Any]]
     compile_error: type[Exception]
     runtime_error: type[Exception]
-    # Why evaluating any selector on a view fails before it starts (Kubernetes converts every
-    # attribute first), "" if it does not; None: never.
-    conversion_error: Callable[[Any], str] | None = None
+    # Why evaluating any selector on a device with these raw attributes fails before it starts
+    # (Kubernetes converts every attribute first), "" if it does not; None: never.
+    conversion_error: Callable[[Mapping[str, Any]], str] | None = None
+    # The key of the values some programs read from a raw device (cel.read_key): devices with
+    # equal keys get the same verdicts, so each distinct key is evaluated once. None: evaluate
+    # every device.
+    read_key: Callable[[Sequence[Any]], cel.ReadKey | None] | None = None
 
 
 def default_backend() -> SelectorBackend:
@@ -89,7 +95,8 @@ def default_backend() -> SelectorBackend:
         views=functools.partial(cel.slice_views, shapes=cel.Shapes()),
         compile_error=cel.CelCompileError,
         runtime_error=cel.CelRuntimeError,
-        conversion_error=cel.conversion_error,
+        conversion_error=cel.attributes_conversion_error,
+        read_key=cel.read_key,
     )
 
 
@@ -339,7 +346,7 @@ def _shorten(expression: str, limit: int = 80) -> str:
 
 
 def _kind(obj: Any, index: int, what: str) -> str:
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):  # dict first: the ABC check costs more
         raise AllocatorInputError(f"{what} #{index}: expected a Kubernetes object, got {type(obj).__name__}")
     kind = obj.get("kind")
     return kind if isinstance(kind, str) else ""
@@ -481,6 +488,7 @@ def explain(
             compile_error=backend.compile_error,
             runtime_error=backend.runtime_error,
             conversion_error=backend.conversion_error,
+            read_key=backend.read_key,
         )
     if selectors is None and semantics.list_type_attributes:
         # DRAListTypeAttributes: list attributes convert (views) and `includes` compiles.
@@ -491,7 +499,8 @@ def explain(
             views=functools.partial(cel.slice_views, shapes=cel.Shapes(), list_type_attributes=True),
             compile_error=backend.compile_error,
             runtime_error=backend.runtime_error,
-            conversion_error=cel.list_conversion_error,
+            conversion_error=cel.list_attributes_conversion_error,
+            read_key=backend.read_key,
         )
     gates = dict(semantics.gates)
     if not semantics.filter_timeout:
@@ -531,9 +540,12 @@ def explain(
 
     # Nodes: the Node objects, then nodes that only slices name.
     for _, s in slices:
-        for name in (s.node_name, *(d.node_name for d in s.devices if s.per_device)):
-            if name and name not in node_infos:
-                node_infos[name] = NodeInfo(name=name, labels={}, synthetic=True)
+        if s.node_name and s.node_name not in node_infos:
+            node_infos[s.node_name] = NodeInfo(name=s.node_name, labels={}, synthetic=True)
+        if s.per_device:
+            for d in s.devices:
+                if d.node_name and d.node_name not in node_infos:
+                    node_infos[d.node_name] = NodeInfo(name=d.node_name, labels={}, synthetic=True)
     targets = list(node_infos.values())
     if node is not None:
         if node not in node_infos:
@@ -556,7 +568,8 @@ def explain(
     shared: list[tuple[int, Slice]] = []
     by_pool: dict[tuple[str, str], list[Slice]] = {}
     for order, s in slices:
-        by_pool.setdefault(s.pool_id, []).append(s)
+        if semantics.pool_counters:  # gather_pools reads them from 1.35 only
+            by_pool.setdefault(s.pool_id, []).append(s)
         if s.node_name and not (semantics.pool_counters and s.shared_counters):
             by_node.setdefault(s.node_name, []).append((order, s))
         else:
@@ -577,6 +590,7 @@ def explain(
         views=backend.views,
         runtime_error=backend.runtime_error,
         conversion_error=backend.conversion_error,
+        read_key=backend.read_key,
         max_steps=max_steps,
         deadline_ms=deadline_ms,
     )
@@ -585,7 +599,7 @@ def explain(
     multi = len(specs) > 1
     for info in targets:
         own = by_node.get(info.name, [])
-        candidates = [s for _, s in sorted(own + shared, key=lambda p: p[0])] if shared else [s for _, s in own]
+        candidates = list(map(_SLICE, sorted(own + shared, key=_ORDER) if shared else own))
         pools = gather_pools(candidates, info, semantics, by_pool)
         outcome = NodeSearch(ctx, info, pools, _pool_notes(pools, semantics)).run()
         if outcome.fatal and outcome.fatal not in fatal:

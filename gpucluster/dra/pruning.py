@@ -14,6 +14,8 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate, repeat
+from operator import is_
 from typing import Any
 
 from gpucluster.dra.capacityledger import CapacityLedger
@@ -93,11 +95,12 @@ class Pruning:
 
     def index(self, req: Req) -> None:
         """Work out what the bounds need to know of an ExactCount request before the search."""
-        self.drop_settled(req, [i for i, r in enumerate(req.static) if r is None])
         statics = req.static
-        usable = [0] * (len(statics) + 1)
+        if req.constraints:
+            self.drop_settled(req, [i for i, r in enumerate(statics) if r is None])
         any_shared = False
         if self.any_shared:
+            usable = [0] * (len(statics) + 1)
             shared = self.shared
             for i in range(len(statics) - 1, -1, -1):
                 if statics[i] is None and shared[i]:
@@ -106,11 +109,15 @@ class Pruning:
                 else:
                     usable[i] = usable[i + 1] + (statics[i] is None)
         else:
-            for i in range(len(statics) - 1, -1, -1):
-                usable[i] = usable[i + 1] + (statics[i] is None)
+            # usable[i] = usable[i + 1] + (statics[i] is None), summed from the end in C.
+            usable = list(accumulate(map(is_, reversed(statics), repeat(None)), initial=0))
+            usable.reverse()
         req.usable = usable
         entries = self.entries
-        req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
+        if statics.count(None) == len(statics):
+            req.cel_failures = []  # every entry usable (a device, no CEL error): nothing to look for
+        else:
+            req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
         if any_shared:
             # The counter and matchAttribute bounds count devices, each chosen once: a device
             # serving several allocations breaks them, so only the count bound above applies.

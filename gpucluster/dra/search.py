@@ -67,6 +67,8 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from itertools import repeat
+from operator import attrgetter
 
 from gpucluster.dra import capacity
 from gpucluster.dra.capacityledger import CapacityLedger
@@ -81,6 +83,8 @@ from gpucluster.dra.searchtypes import CelFailure, Entry, ExplainContext, FatalE
 from gpucluster.dra.selection import NO_BINDING_CONDITIONS, DeviceSelection
 
 _KNOWN_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+_IDENT = attrgetter("ident")
 
 
 class _MaxSizeExceeded(Exception):
@@ -114,8 +118,18 @@ class NodeSearch:
                     entries.append(Entry(len(entries), pool, None, None, pool.id))
                     continue
             for s in pool.slices:
-                for d in s.devices:
-                    entries.append(Entry(len(entries), pool, s, d, d.ident))
+                # Entry(index, pool, slice, device, device.ident) for every device, built in C.
+                start = len(entries)
+                entries.extend(
+                    map(
+                        Entry,
+                        range(start, start + len(s.devices)),
+                        repeat(pool),
+                        repeat(s),
+                        s.devices,
+                        map(_IDENT, s.devices),
+                    )
+                )
         self.entries = entries
         # DRAConsumableCapacity: a device that allows multiple allocations is never "in use" by
         # this search; it serves requests while its capacity lasts, one request more than once.
@@ -128,10 +142,10 @@ class NodeSearch:
         # every device it visits, in its order: then the search is upstream's plain depth-first
         # one, without the pruning that skips visits, and a device refused by a taint or a
         # constraint after its counters were taken keeps them.
-        consumers = [e.device for e in entries if e.device is not None and e.device.consumes]
+        leak = self.sem.counters_leak and self.sem.partitionable_devices
+        consumers = [e.device for e in entries if e.device is not None and e.device.consumes] if leak else []
         self.leaky = (
-            self.sem.counters_leak
-            and self.sem.partitionable_devices
+            leak
             and bool(consumers)
             and (
                 any(c.constraints for c in ctx.claims) or (self.sem.device_taints and any(d.taints for d in consumers))
@@ -179,9 +193,15 @@ class NodeSearch:
         return found
 
     def _build_requests(self) -> None:
-        devices = [e.device for e in self.entries if e.device is not None]
+        devices: list[Device] | None = None
         for ci, claim in enumerate(self.ctx.claims):
-            constraints = [constraint_for_node(c, self.sem, devices) for c in claim.constraints]
+            if claim.constraints and devices is None:
+                devices = [e.device for e in self.entries if e.device is not None]
+            constraints = (
+                [constraint_for_node(c, self.sem, devices or []) for c in claim.constraints]
+                if claim.constraints
+                else []
+            )
             self.constraints.append(constraints)
             claim_groups: list[list[Req]] = []
             for ri, group in enumerate(claim.requests):
@@ -195,7 +215,7 @@ class NodeSearch:
                         cls=self.ctx.classes[spec.class_name],
                         uid=request_uid(ci, ri, si),
                         is_sub=group.exactly is None,
-                        constraints=[c for c in constraints if c.spec.applies_to(spec)],
+                        constraints=[c for c in constraints if c.spec.applies_to(spec)] if constraints else [],
                         capacity_id=self._capacity_id(request_uid(ci, ri, si), spec),
                     )
                     self.reqs.append(req)
@@ -227,8 +247,9 @@ class NodeSearch:
                 return f"taint {taint} not tolerated"
         return ""
 
-    def _static(self, req: Req, entry: Entry, all_mode: bool) -> StaticResult:
-        """The first reason a device can never serve ``req`` on this node, whatever else is chosen.
+    def _static(self, req: Req, entry: Entry, all_mode: bool, verdicts: list[StaticResult]) -> StaticResult:
+        """The first reason a device can never serve ``req`` on this node, whatever else is chosen
+        (``verdicts``: the selectors', for the devices of the entry's slice).
 
         The order is the allocator's: in use (for ExactCount), binding conditions, class
         selectors, request selectors, per-device node selection, then (allocateDevice) in use
@@ -241,7 +262,7 @@ class NodeSearch:
         check_use = not req.spec.admin_access and d.key in in_use
         if check_use and not all_mode:
             return f"in use by {in_use[d.key]}"
-        result = self.selection.check(req.matched_as or req, s, d, only_request=len(self.reqs) == 1)
+        result = verdicts[d.index]
         if req.matched_as is not None and isinstance(result, str) and result != NO_BINDING_CONDITIONS:
             result = f"subrequest {req.matched_as.spec.name}'s {result}"
         if all_mode:
@@ -556,7 +577,7 @@ class NodeSearch:
             all_mode = req.spec.mode == "All"
             if all_mode:
                 req.selected = [None] * len(self.entries)
-            req.static = [self._static(req, e, all_mode) for e in self.entries]
+            req.static = self._statics(req, all_mode)
             if not all_mode:
                 self.pruning.index(req)
         for claim in self.ctx.claims:
@@ -604,6 +625,43 @@ class NodeSearch:
                     f"of {ALLOCATION_RESULTS_MAX_SIZE}"
                 )
 
+    def _statics(self, req: Req, all_mode: bool) -> list[StaticResult]:
+        """:meth:`_static` of every entry, the selectors' verdicts a slice at a time (a slice's
+        devices are consecutive entries, in slice order)."""
+        static: list[StaticResult] = []
+        entries = self.entries
+        only_request = len(self.reqs) == 1
+        # Where _static would say what the selectors say, then what the constraints do: no
+        # device in use, nothing about the request or the semantics that looks at more.
+        quick = (
+            req.matched_as is None
+            and not self.sem.consumable_capacity
+            and (not self.ctx.in_use or req.spec.admin_access)
+        )
+        constraints = req.constraints
+        i = 0
+        while i < len(entries):
+            s = entries[i].slice
+            if s is None:
+                static.append(self._static(req, entries[i], all_mode, []))
+                i += 1
+                continue
+            verdicts = self.selection.results(req.matched_as or req, s, only_request=only_request)
+            if quick and s.plain and not s.per_device:
+                # Plain devices: no counters, taints or shares to look at.
+                if all_mode:
+                    req.selected[i : i + len(verdicts)] = verdicts  # _prepare_all's members
+                if constraints:
+                    for d, verdict in zip(s.devices, verdicts, strict=True):
+                        static.append(verdict if verdict is not None else static_reason(constraints, d) or None)
+                else:
+                    static.extend(verdicts)
+            else:
+                for e in entries[i : i + len(verdicts)]:
+                    static.append(self._static(req, e, all_mode, verdicts))
+            i += len(verdicts)
+        return static
+
     def _prepare_all(self, claim: ClaimSpec, req: Req) -> None:
         for pool in self.pools:
             if pool.incomplete:
@@ -641,7 +699,8 @@ class NodeSearch:
     def run(self) -> NodeOutcome:
         self._build_requests()
         self.permute = not self.sem.combinations and (
-            self.plain_search or any(isinstance(c, DistinctAttribute) for cs in self.constraints for c in cs)
+            self.plain_search
+            or (any(self.constraints) and any(isinstance(c, DistinctAttribute) for cs in self.constraints for c in cs))
         )
         fatal = ""
         gave_up = ""

@@ -8,12 +8,13 @@ explanation recorder so that neither has to import the other for its types.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpucluster.dra.claims import ClaimSpec, DeviceClassInfo, RequestSpec
+from gpucluster.dra.cel.readkey import ReadKey
+from gpucluster.dra.claims import ClaimSpec, DeviceClassInfo, RequestSpec, Selector
 from gpucluster.dra.constraints import Constraint
 from gpucluster.dra.model import DeviceKey, Semantics
 from gpucluster.dra.pools import Device, Pool, Slice
@@ -36,6 +37,23 @@ class CelFailure:
 StaticResult = str | CelFailure | None
 
 
+class Scope:
+    """Some selectors of a request (its class's, its own, or both) as one explanation evaluates
+    them on every device: the attribute conversion check if the device's first selector is among
+    them (else None), the key of the values they read (None: evaluate every device), and their
+    verdict by key."""
+
+    __slots__ = ("check", "keys", "selectors", "verdicts")
+
+    def __init__(
+        self, selectors: tuple[Selector, ...], check: Callable[[Mapping[str, Any]], str] | None, keys: ReadKey | None
+    ) -> None:
+        self.selectors = selectors
+        self.check = check
+        self.keys = keys
+        self.verdicts: dict[Hashable, StaticResult] = {}
+
+
 class FatalError(Exception):
     """An error that makes kube-scheduler abort scheduling the pod (not only this node)."""
 
@@ -50,11 +68,15 @@ class ExplainContext:
     in_use: Mapping[DeviceKey, str]  # device -> claim holding it
     views: Callable[[Mapping[str, Any]], Sequence[Any]]
     runtime_error: type[Exception]
-    conversion_error: Callable[[Any], str] | None = None  # see allocator.SelectorBackend
+    conversion_error: Callable[[Mapping[str, Any]], str] | None = None  # see allocator.SelectorBackend
+    read_key: Callable[[Sequence[Any]], ReadKey | None] | None = None  # see allocator.SelectorBackend
     max_steps: int = DEFAULT_MAX_STEPS
     deadline_ms: float | None = DEFAULT_DEADLINE_MS  # per node; None: no deadline
-    # (request uid, device) -> selector outcome; devices shared by several nodes are evaluated once.
-    selector_cache: dict[tuple[int, Device], StaticResult] = field(default_factory=dict)
+    # (request uid, slice) -> selector outcomes of its devices; slices several nodes see are evaluated once.
+    selector_cache: dict[tuple[int, Slice], list[StaticResult]] = field(default_factory=dict)
+    # (request uid, which selectors) or (class name,) -> those selectors and their verdicts by
+    # the values they read (see selection.DeviceSelection).
+    verdicts: dict[tuple[Any, ...], Scope] = field(default_factory=dict)
     selector_labels: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # by request uid
     # capacity.requests -> a small id (requests asking the same capacity share what it takes)
     capacity_ids: dict[tuple[tuple[str, Fraction], ...], int] = field(default_factory=dict)
@@ -77,7 +99,7 @@ class Entry:
     id: str
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Req:
     """A request (or subrequest) of a claim as one node's search sees it, and what the search
     works out about it before it starts."""
@@ -90,23 +112,56 @@ class Req:
     uid: int
     is_sub: bool
     constraints: list[Constraint]  # the claim's constraints that apply to this request
-    capacity_id: int = 0  # requests asking the same capacity.requests have the same id
+    capacity_id: int  # requests asking the same capacity.requests have the same id
     # 1.34 (Semantics.second_all_subrequest_reuses_first): the subrequest whose class and
     # selectors decide which devices this All subrequest gets.
-    matched_as: Req | None = None
-    static: list[StaticResult] = field(default_factory=list)  # aligned with the node's entries
-    num_devices: int = 0
-    all_devices: list[Entry] = field(default_factory=list)
-    selected: list[StaticResult] = field(default_factory=list)  # All: the selectors' verdict per entry
+    matched_as: Req | None
+    static: list[StaticResult]  # aligned with the node's entries
+    num_devices: int
+    all_devices: list[Entry]
+    selected: list[StaticResult]  # All: the selectors' verdict per entry
     # Pruning, ExactCount only: usable[i] = statically usable entries at index >= i; per
     # matchAttribute constraint (index into ``constraints``), value -> indices of usable entries;
     # the indices of entries the search aborts on: a CEL runtime error, an invalid pool (1.34).
-    usable: list[int] = field(default_factory=list)
-    by_value: dict[int, dict[tuple[str, Any], list[int]]] = field(default_factory=dict)
-    value_at: dict[int, list[tuple[str, Any] | None]] = field(default_factory=dict)  # same keys, per entry
-    cel_failures: list[int] = field(default_factory=list)
+    usable: list[int]
+    by_value: dict[int, dict[tuple[str, Any], list[int]]]
+    value_at: dict[int, list[tuple[str, Any] | None]]  # same keys, per entry
+    cel_failures: list[int]
     # Usable entries that consume shared counters: index -> (counter scope, amount per counter).
-    consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]] = field(default_factory=dict)
+    consumption: dict[int, tuple[object, dict[tuple[str, str], Fraction]]]
+
+    def __init__(
+        self,
+        claim_index: int,
+        request_index: int,
+        sub_index: int,
+        spec: RequestSpec,
+        cls: DeviceClassInfo,
+        uid: int,
+        is_sub: bool,
+        constraints: list[Constraint],
+        capacity_id: int = 0,
+    ) -> None:
+        # Written out: one per request and node, the defaults without a factory call each.
+        self.claim_index = claim_index
+        self.request_index = request_index
+        self.sub_index = sub_index
+        self.spec = spec
+        self.cls = cls
+        self.uid = uid
+        self.is_sub = is_sub
+        self.constraints = constraints
+        self.capacity_id = capacity_id
+        self.matched_as = None
+        self.static = []
+        self.num_devices = 0
+        self.all_devices = []
+        self.selected = []
+        self.usable = []
+        self.by_value = {}
+        self.value_at = {}
+        self.cel_failures = []
+        self.consumption = {}
 
 
 def request_uid(ci: int, ri: int, si: int) -> int:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from gpucluster.dra.cel.errors import CelCompileError, CelError, CelRuntimeError
 from gpucluster.dra.cel.program import MAX_EXPRESSION_LENGTH, Program, compile_selector
+from gpucluster.dra.cel.readkey import ReadKey, read_key
 from gpucluster.dra.cel.view import (
     DeviceView,
     ListDeviceView,
     Shapes,
+    attributes_conversion_error,
     conversion_error,
     device_view,
+    list_attributes_conversion_error,
     list_conversion_error,
     slice_views,
 )
@@ -28,10 +31,14 @@ __all__ = [
     "DeviceView",
     "ListDeviceView",
     "Program",
+    "ReadKey",
     "Shapes",
+    "attributes_conversion_error",
     "compile_selector",
     "conversion_error",
     "device_view",
+    "list_attributes_conversion_error",
     "list_conversion_error",
+    "read_key",
     "slice_views",
 ]

@@ -284,7 +284,12 @@ def convert_attribute_lists(name: str, attr: Any) -> Any:
 
 def list_conversion_error(view: DeviceView) -> str:
     """:func:`conversion_error` with DRAListTypeAttributes on (list attributes convert)."""
-    for name, attr in view._raw_attrs.items():
+    return list_attributes_conversion_error(view._raw_attrs)
+
+
+def list_attributes_conversion_error(raw: Mapping[str, Any]) -> str:
+    """:func:`list_conversion_error` of a device's raw ``attributes`` map."""
+    for name, attr in raw.items():
         try:
             convert_attribute_lists(name, attr)
         except CelRuntimeError as exc:
@@ -296,7 +301,11 @@ def conversion_error(view: DeviceView) -> str:
     """Why Kubernetes' ``DeviceMatches`` fails for this device before evaluating any expression
     (``attribute <name>: unsupported attribute value``, ``...: parse semantic version: ...``);
     "" when every attribute converts."""
-    raw = view._raw_attrs
+    return attributes_conversion_error(view._raw_attrs)
+
+
+def attributes_conversion_error(raw: Mapping[str, Any]) -> str:
+    """:func:`conversion_error` of a device's raw ``attributes`` map (no view needed)."""
     try:
         # Every device of every node is checked: the common shapes first, without converting.
         for attr in raw.values():
