@@ -27,14 +27,14 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpucluster import timestamps
-from gpucluster.claimtemplates import expected_templates
+from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE, expected_templates, gated, ungate_ops
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
@@ -111,6 +111,7 @@ class Plan:
     refused: list[tuple[KubeObject, str]] = field(default_factory=list)  # pods whose templates we refuse
     conflicts: list[tuple[KubeObject, Key, KubeObject]] = field(default_factory=list)  # (pod, key, other template)
     referenced: set[Key] = field(default_factory=set)  # templates some live pod refers to
+    ungate: list[KubeObject] = field(default_factory=list)  # gated pods whose templates all exist as asked
 
 
 def _referenced_names(pod: Mapping[str, Any]) -> list[str]:
@@ -198,6 +199,7 @@ def plan(
         wants, problems = wants_of(pod, view)
         if problems:
             result.refused.append((pod, "; ".join(problems)))
+        complete = bool(wants) and not problems
         for name, want in wants.items():
             key = (namespace, name)
             result.referenced.add(key)
@@ -205,12 +207,16 @@ def plan(
             if live is not None:
                 if not is_spec(live, want):
                     result.conflicts.append((pod, key, live))  # labelled as ours, but not what we create
+                    complete = False
                 continue
             if key in satisfied:
                 continue
+            complete = False
             result.create.setdefault(key, template_object(namespace, name, want.spec))
             result.wanted_by.setdefault(key, []).append(pod)
             result.earlier[key] = want.earlier
+        if complete and gated(pod):
+            result.ungate.append(pod)
     return result
 
 
@@ -284,6 +290,11 @@ class ProvisionMetrics:
             "Templates a translated pod needs whose name is taken by an object with another spec.",
             registry=registry,
         )
+        self.ungated = Counter(
+            "gpucluster_controller_pods_ungated",
+            "Translated pods whose claim-templates scheduling gate was removed once their templates existed.",
+            registry=registry,
+        )
         self.owned = Gauge(
             "gpucluster_controller_claim_templates", "ResourceClaimTemplates the controller created.", registry=registry
         )
@@ -339,10 +350,16 @@ def conflict_message(pod: Mapping[str, Any], namespace: str, name: str, ours: An
     if pending:
         parts.append(f"kube-controller-manager makes the pod's claim {', '.join(pending)} from it")
     which = " and ".join(parts) or "the pod's claims are made from it"
+    if gated(pod):
+        outcome = (
+            f"{which}, with {_devices(theirs)} instead of the {_devices(ours)} it asked for, so the pod stays "
+            f"gated ({CLAIM_TEMPLATES_GATE}) and is not scheduled"
+        )
+    else:
+        outcome = f"{which}, so the pod gets {_devices(theirs)} instead of the {_devices(ours)} it asked for"
     return (
         f"ResourceClaimTemplate {namespace}/{name} exists with another spec and was not created by gpucluster; "
-        f"{which}, so the pod gets {_devices(theirs)} instead of the {_devices(ours)} it asked for. "
-        "Delete the pod: its replacement is translated under another template name"
+        f"{outcome}. Delete the pod: its replacement is translated under another template name"
     )
 
 
@@ -553,6 +570,7 @@ class Provisioner:
         for uid in set(self._reported) - live_uids:
             del self._reported[uid]
         self._touched &= live_uids
+        await self._each(self._ungate, result.ungate)
         for uid in set(self._wants) - live_uids:
             del self._wants[uid]
 
@@ -592,10 +610,9 @@ class Provisioner:
             try:
                 template, pods, earlier = job
                 ready = await self._create(key, template, pods, earlier)
-                if ready and self.touch:
+                if ready:
                     # Pods that came to want this template while it was being created are in the latest job.
-                    for pod in self._jobs.get(key, job)[1]:
-                        await self._touch_when_ready(pod)
+                    await self._each(self._touch_when_ready, self._jobs.get(key, job)[1])
             except Exception:  # a worker outlives any one template: the next pass tries again
                 log.exception("claim template worker failed namespace=%s name=%s", *key)
                 self.dirty.set()
@@ -610,8 +627,49 @@ class Provisioner:
             return  # another of its templates is still missing: touched once that one exists
         if uid in self._touched:
             return
+        if gated(pod):
+            await self._ungate(pod)  # the pod's update is the resourceclaim controller's cue too
+        elif self.touch:
+            self._touched.add(uid)
+            await self._touch(pod)
+
+    async def _each(self, act: Callable[[KubeObject], Awaitable[None]], pods: list[KubeObject]) -> None:
+        """``act`` on each of ``pods``, ``concurrency`` at a time."""
+        if not pods:
+            return
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(pod: KubeObject) -> None:
+            async with limit:
+                await act(pod)
+
+        await asyncio.gather(*(one(pod) for pod in pods))
+
+    async def _ungate(self, pod: KubeObject) -> None:
+        """Remove :data:`CLAIM_TEMPLATES_GATE`: every template the pod names exists with its spec."""
+        ops = ungate_ops(pod)
+        uid = str(metadata(pod).get("uid"))
+        if not ops or uid in self._touched:
+            return
+        meta = metadata(pod)
+        path = object_path({"apiVersion": "v1", "kind": "Pod", **pod})
+        try:
+            await self.kube.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+        except KubeError as exc:  # gone, or its gates changed since it was cached: its next event decides
+            log.info(
+                "could not ungate pod namespace=%s name=%s status=%s",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc.status,
+            )
+            return
+        except (OSError, TimeoutError) as exc:
+            log.info("could not ungate pod namespace=%s name=%s error=%s", meta.get("namespace"), meta.get("name"), exc)
+            self.dirty.set()
+            return
         self._touched.add(uid)
-        await self._touch(pod)
+        self.metrics.ungated.inc()
+        log.info("ungated pod namespace=%s name=%s", meta.get("namespace"), meta.get("name"))
 
     async def _touch(self, pod: KubeObject) -> None:
         """A metadata-only update of ``pod``: the resourceclaim controller syncs it at once."""

@@ -41,7 +41,8 @@ Dropped: uid, generateName, labels, ownerReferences, creationTimestamp, managedF
   (the opt-out label), ownerReferences (stranded pods' controller), and of the annotations only
   those read: the mirror-pod mark, the opt-out, the webhook's record of the original requests
   (``translated-from``) and of its templates (``claim-templates``);
-* spec: nodeName, resourceClaims, and of each container and init container its name, resources
+* spec: nodeName, resourceClaims, schedulingGates (the provisioner removes the claim-templates
+  gate, gpucluster/claimtemplates.py), and of each container and init container its name, resources
   and restartPolicy (the translation, gpucluster/translate.py ``_analyse``, and
   gpucluster/claimtemplates.py ``original_pod_spec``);
 * status: phase, conditions (PodScheduled), resourceClaimStatuses.
@@ -133,7 +134,7 @@ def _container(container: Any) -> Any:
 
 
 def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    out = _pick(spec, ("nodeName", "resourceClaims"))
+    out = _pick(spec, ("nodeName", "resourceClaims", "schedulingGates"))
     for key in ("initContainers", "containers"):
         if key in spec:
             containers = spec[key]

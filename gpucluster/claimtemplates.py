@@ -24,13 +24,17 @@ from gpucluster.policy import WEBHOOK_CONFIG
 from gpucluster.translate import Translation, TranslationConfig, mig_profile, translate_pod_spec
 
 __all__ = [
+    "CLAIM_TEMPLATES_GATE",
     "MAX_DEVICES_PER_POD",
     "NVIDIA_GPU_DRIVER",
     "Published",
     "bound_problems",
     "expected_templates",
+    "gate_ops",
+    "gated",
     "original_pod_spec",
     "published",
+    "ungate_ops",
 ]
 
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
@@ -38,6 +42,13 @@ NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 # No pod gets more devices than this through translation: a typo (nvidia.com/gpu: 800) or a
 # hostile pod must not make the controller provision without bound.
 MAX_DEVICES_PER_POD = 64
+
+# The scheduling gate the webhook puts on a translated pod whose templates its view does not show
+# yet, and the controller removes once every one of them exists with the spec the pod asked for.
+# kube-controller-manager makes a pod's claims from whatever template has the name, gated or not:
+# while a name is taken by another spec (a template created between admission and ours), the gate
+# keeps the pod from running on devices it did not ask for.
+CLAIM_TEMPLATES_GATE = "gpucluster.nvidia.com/claim-templates"
 
 # The record of one container: a few resources with their quantities as written.
 _MAX_RECORD_BYTES = 16 * 1024
@@ -187,3 +198,42 @@ def expected_templates(
     if bounds:
         return {}, "; ".join(bounds)
     return {str(t["metadata"]["name"]): t["spec"] for t in translation.templates}, None
+
+
+def _gates(pod: Mapping[str, Any]) -> list[Any]:
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    return gates if isinstance(gates, list) else []
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod still carries :data:`CLAIM_TEMPLATES_GATE`."""
+    return any(isinstance(g, dict) and g.get("name") == CLAIM_TEMPLATES_GATE for g in _gates(pod))
+
+
+def gate_ops(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch operations that add :data:`CLAIM_TEMPLATES_GATE` to a pod spec (none when it is
+    there, or when ``spec.nodeName`` is set: the API server refuses gates on a bound pod)."""
+    if spec.get("nodeName"):
+        return []
+    gates = spec.get("schedulingGates")
+    gate = {"name": CLAIM_TEMPLATES_GATE}
+    if isinstance(gates, list):
+        if any(isinstance(g, dict) and g.get("name") == CLAIM_TEMPLATES_GATE for g in gates):
+            return []
+        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+
+
+def ungate_ops(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch operations that remove :data:`CLAIM_TEMPLATES_GATE` from the pod, guarded by a
+    test of that very entry: if the gates changed since the pod was read, the patch fails (422)
+    rather than remove another one. Empty when the pod is not gated."""
+    for index, gate in enumerate(_gates(pod)):
+        if isinstance(gate, dict) and gate.get("name") == CLAIM_TEMPLATES_GATE:
+            path = f"/spec/schedulingGates/{index}"
+            return [
+                {"op": "test", "path": f"{path}/name", "value": CLAIM_TEMPLATES_GATE},
+                {"op": "remove", "path": path},
+            ]
+    return []

@@ -1,6 +1,6 @@
 """Claim templates you can trust: hand-written annotations buy nothing, names bind specs,
-a squatted name gets a true event, refused creates back off, namespaces take turns, waiting pods
-are touched, and no template is collected while any pod names it.
+a squatted name gets a true event and keeps the pod gated, refused creates back off, namespaces
+take turns, waiting pods are touched or ungated, and no template is collected while any pod names it.
 
 Expectations are written out (counts, device classes, names of the fixtures), never recomputed
 with the code under test.
@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpucluster.claimtemplates import bound_problems
+from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE, bound_problems
 from gpucluster.clusterstate import ClusterState
 from gpucluster.controller.provision import (
     CONFLICT_REASON,
@@ -423,3 +423,63 @@ async def test_a_pod_is_translated_again_only_when_it_or_the_mig_profiles_change
     p.state.replace("ResourceSlice", [mig_slice("1g.10gb")])
     await p.reconcile()
     assert calls == ["p", "p", "p"]
+
+
+def gated(pod: dict[str, Any], *others: str) -> dict[str, Any]:
+    """``pod`` as the webhook admits it when its view lacks the template: gated (after ``others``)."""
+    pod["spec"]["schedulingGates"] = [*({"name": g} for g in others), {"name": CLAIM_TEMPLATES_GATE}]
+    return pod
+
+
+def gates(kube: FakeKube, name: str, namespace: str = "ml") -> list[str]:
+    return [
+        g["name"] for g in kube.object(f"/api/v1/namespaces/{namespace}/pods/{name}")["spec"].get("schedulingGates", [])
+    ]
+
+
+async def test_a_gated_pod_is_ungated_once_its_template_exists() -> None:
+    kube = api()
+    p, events = provisioner(kube, [gated(one_gpu("w"), "example.com/quota")], [0.0])
+    await p.reconcile()
+    assert ONE_GPU in template_names(kube)
+    assert gates(kube, "w") == ["example.com/quota"]  # ours removed, the other left
+    pod = kube.object("/api/v1/namespaces/ml/pods/w")
+    assert TOUCH_ANNOTATION not in pod["metadata"].get("annotations", {})  # the update itself is the cue
+    assert events == []
+
+
+async def test_a_gated_pod_whose_template_exists_is_ungated_without_a_create() -> None:
+    kube = api()
+    p, _ = provisioner(kube, [one_gpu("first")], [0.0])
+    await p.reconcile()  # the template now exists, ours, and is cached
+    p.state.upsert("Pod", kube.put(gated(one_gpu("second"))))
+    await p.reconcile()
+    await p.reconcile()  # the cache still shows the gate: not removed twice
+    assert posts(kube) == 1 and gates(kube, "second") == []
+    assert len([path for path in kube.paths("PATCH") if path.endswith("/second")]) == 1
+
+
+async def test_a_squatted_name_keeps_the_pod_gated_and_says_so() -> None:
+    pod = gated(forged("seven", {"containers": {"c": {"nvidia.com/gpu": "7"}}}, ["gpucluster-gpu-7-df3119dd05"], "ml"))
+    squatter = {
+        "metadata": {"name": "gpucluster-gpu-7-df3119dd05", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+    }
+    kube = api(squatter)
+    p, events = provisioner(kube, [pod], [0.0])
+    for _ in range(3):
+        await p.reconcile()
+    assert gates(kube, "seven") == [CLAIM_TEMPLATES_GATE]  # never scheduled onto 1 GPU it did not ask for
+    [(reason, message)] = events
+    assert reason == CONFLICT_REASON
+    assert "instead of the 7 of gpu.nvidia.com it asked for, so the pod stays gated" in message
+    assert "so the pod gets" not in message
+
+
+async def test_a_forged_gated_pod_is_never_ungated() -> None:
+    # A name of the user's choosing: refused, so the gate (the user's to write) stays.
+    pod = gated(forged("f", {"containers": {"c": {"nvidia.com/gpu": "1"}}}, ["gpucluster-owned-by-attacker-1"], "ml"))
+    kube = api({"metadata": {"name": "gpucluster-owned-by-attacker-1", "namespace": "ml"}, "spec": ONE_GPU_SPEC})
+    p, _ = provisioner(kube, [pod], [0.0])
+    await p.reconcile()
+    assert gates(kube, "f") == [CLAIM_TEMPLATES_GATE] and kube.paths("PATCH") == []

@@ -1,6 +1,7 @@
 """On the real control plane (kube-apiserver with RBAC, kube-controller-manager's resourceclaim
 controller): a namespace-scoped identity that may create pods but not ResourceClaimTemplates
-forges translated pods and gets no template; a squatted template name gets a true Warning; the
+forges translated pods and gets no template; a squatted template name gets a true Warning and
+the pod stays gated; the
 README's migration steps in order never leave a pod without its template."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE
 from gpucluster.cli.run import Stack
 from gpucluster.controller.provision import CONFLICT_REASON, REFUSED_REASON
 from gpucluster.migrate import migrate_text
@@ -79,6 +81,11 @@ def forged(name: str, containers: dict[str, dict[str, str]], refs: list[str]) ->
     }
 
 
+def gated(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["spec"]["schedulingGates"] = [{"name": CLAIM_TEMPLATES_GATE}]
+    return pod
+
+
 def test_a_namespace_scoped_identity_gets_no_template_for_forged_annotations(stack: Stack) -> None:
     can = kubectl(
         stack, "auth", "can-i", "create", "resourceclaimtemplates", "-n", "tenant", "--as", TENANT, check=False
@@ -101,9 +108,10 @@ def test_a_namespace_scoped_identity_gets_no_template_for_forged_annotations(sta
     assert templates(stack, "tenant") == []
 
 
-def test_a_squatted_name_gets_a_true_warning(stack: Stack) -> None:
+def test_a_squatted_name_gets_a_true_warning_and_the_pod_stays_gated(stack: Stack) -> None:
     # The race's outcome, made deterministic: the pod's template name is taken by another spec
-    # before the controller's POST (the pod is created translated, as the webhook would leave it).
+    # before the controller's POST (the pod is created translated and gated, as the webhook
+    # leaves a pod whose template its view does not show).
     name = "gpucluster-gpu-7-df3119dd05"
     squatter = {
         "apiVersion": "resource.k8s.io/v1",
@@ -119,11 +127,14 @@ def test_a_squatted_name_gets_a_true_warning(stack: Stack) -> None:
         "squat",
         "-f",
         "-",
-        stdin=json.dumps(forged("seven", {"c": {"nvidia.com/gpu": "7"}}, [name])),
+        stdin=json.dumps(gated(forged("seven", {"c": {"nvidia.com/gpu": "7"}}, [name]))),
     )
     [event] = wait_for("the conflict event", lambda: events(stack, "squat", CONFLICT_REASON), 10)
     assert event["type"] == "Warning" and f"squat/{name}" in event["message"]
-    assert "instead of the 7 of gpu.nvidia.com it asked for" in event["message"]
+    assert "instead of the 7 of gpu.nvidia.com it asked for, so the pod stays gated" in event["message"]
+    time.sleep(1.0)  # the controller has passed over the pod since: the gate is still there
+    pod = get_json(stack, "pod", "seven", "-n", "squat")
+    assert pod["spec"]["schedulingGates"] == [{"name": CLAIM_TEMPLATES_GATE}] and not pod["spec"].get("nodeName")
     [kept] = templates(stack, "squat")
     # Left as the squatter wrote it (the API server defaults count 1), never overwritten or adopted.
     [request] = kept["spec"]["spec"]["devices"]["requests"]

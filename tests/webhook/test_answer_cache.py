@@ -93,6 +93,9 @@ def translated(obj: dict[str, Any]) -> dict[str, Any]:
         meta = expected["metadata"]
         meta["labels"] = {**meta.get("labels", {}), TRANSLATED_LABEL: "true"}
         meta["annotations"][TEMPLATES_ANNOTATION] = templates_annotation(translation.templates)
+        if not expected["spec"].get("nodeName"):  # the view shows no template: gated until they exist
+            gates = expected["spec"].get("schedulingGates") or []
+            expected["spec"]["schedulingGates"] = [*gates, {"name": "gpucluster.nvidia.com/claim-templates"}]
     return expected
 
 

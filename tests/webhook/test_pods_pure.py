@@ -177,3 +177,29 @@ def test_long_warnings_shorten_the_prefix_not_the_reason() -> None:
     c["resources"]["requests"]["nvidia.com/gpu"] = "1"
     [warning] = mutate(pod(c)).response["response"]["warnings"]
     assert len(warning) <= MAX_WARNING_LENGTH and warning.endswith(reason)
+
+
+GATE = {"name": "gpucluster.nvidia.com/claim-templates"}
+
+
+def test_a_pod_whose_template_the_view_lacks_is_gated_until_the_controller_made_it() -> None:
+    out = mutate(pod(container("cuda", {"nvidia.com/gpu": "1"})))
+    assert patched(out)["spec"]["schedulingGates"] == [GATE]
+
+
+def test_a_pod_whose_templates_exist_as_asked_is_not_gated() -> None:
+    [template] = mutate(pod(container("cuda", {"nvidia.com/gpu": "1"}))).creates
+    existing = {"apiVersion": "resource.k8s.io/v1", **template}
+    assert "schedulingGates" not in patched(mutate(pod(container("cuda", {"nvidia.com/gpu": "1"})), existing))["spec"]
+
+
+def test_the_gate_joins_the_pods_own_gates() -> None:
+    p = pod(container("cuda", {"nvidia.com/gpu": "1"}))
+    p["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    assert patched(mutate(p))["spec"]["schedulingGates"] == [{"name": "example.com/quota"}, GATE]
+
+
+def test_a_pod_bound_to_a_node_gets_no_gate() -> None:
+    # The API server refuses schedulingGates on a pod whose spec.nodeName is set.
+    p = pod(container("cuda", {"nvidia.com/gpu": "1"}), node_name="gpu-node-1")
+    assert "schedulingGates" not in patched(mutate(p))["spec"]

@@ -9,11 +9,14 @@ The answer is a pure function of the review and the cluster view: nothing is cre
 translated pod is labelled ``gpucluster.nvidia.com/translated=true`` and its annotation
 ``gpucluster.nvidia.com/claim-templates`` records the specs of the ResourceClaimTemplates it
 refers to (content-addressed names; another name when the view shows one taken by another spec).
-The controller creates the missing templates once the pod exists (``controller/provision.py``),
-so a dryRun pod, a pod refused by a later admission step and a forged review leave nothing
-behind. What may be requested is bounded: the NVIDIA DeviceClasses and MIG profiles the view
-publishes (when it knows any) and at most :data:`MAX_DEVICES_PER_POD` devices per pod. Mirror pods
-are never translated.
+The controller creates the missing templates once the pod exists (``controller/provision.py``);
+a pod naming a template the view does not show gets the scheduling gate
+``gpucluster.nvidia.com/claim-templates``, which the controller removes once every template it
+names exists with the spec it asked for (never while a name is taken by another spec). So a
+dryRun pod, a pod refused by a later admission step and a forged review leave nothing behind.
+What may be requested is bounded: the NVIDIA DeviceClasses and MIG profiles the view publishes
+(when it knows any) and at most :data:`MAX_DEVICES_PER_POD` devices per pod. Mirror pods are never
+translated.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gpucluster.claimtemplates import (  # noqa: F401 (re-exported: the webhook'
     NVIDIA_GPU_DRIVER,
     Published,
     bound_problems,
+    gate_ops,
     published,
 )
 from gpucluster.clusterstate import ClusterState, metadata
@@ -338,6 +342,10 @@ def _mutate_pod(request: AdmissionRequest, cluster: ClusterState, settings: Sett
     if settings.translation_mode == "audit":
         audit = [short_warning(f"audit: would translate {change}") for change in translation.changes]
         return Verdict.allow(*audit, *warnings)
+    if any(cluster.get("ResourceClaimTemplate", str(t["metadata"]["name"]), namespace) is None for t in templates):
+        # The controller creates what the view does not show; until it has (with the spec asked
+        # for), the pod is not scheduled (see CLAIM_TEMPLATES_GATE).
+        spec_ops = [*spec_ops, *gate_ops(pod["spec"])]
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     new_meta = {
         **meta,
