@@ -58,6 +58,16 @@ SPEC_CHANGE_CONDITION = (
     "(has(object.spec) != has(oldObject.spec) || (has(object.spec) && object.spec != oldObject.spec)))",
 )
 
+# A claim kube-controller-manager makes from a pod's template (one per pod) was checked as the
+# template when that was created: the API server does not call the webhook for it, which keeps a
+# round trip off the path from a pod's creation to its claim.
+TEMPLATE_CLAIM_CONDITION = (
+    "not-a-claim-made-from-a-pods-template",
+    "!(has(object.metadata.annotations) && 'resource.kubernetes.io/pod-claim-name' in object.metadata.annotations"
+    " && request.userInfo.username in ['system:serviceaccount:kube-system:resource-claim-controller',"
+    " 'system:kube-controller-manager'])",
+)
+
 HOOKS: tuple[Hook, ...] = (
     Hook(
         "gpuclusters.validate.gpucluster.nvidia.com", "validate", "nvidia.com", "v1alpha1", "gpuclusters",
@@ -86,7 +96,7 @@ HOOKS: tuple[Hook, ...] = (
         "resourceclaims.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1", "resourceclaims",
         "ResourceClaim", ("CREATE",), validate_claim_request, "Ignore",
         "the API server validates claims itself; ours adds clearer messages and warnings, never a new dependency",
-        namespaced=True,
+        namespaced=True, match_conditions=(TEMPLATE_CLAIM_CONDITION,),
     ),
     Hook(
         "resourceclaimtemplates.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1",

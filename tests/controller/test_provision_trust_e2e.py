@@ -7,7 +7,9 @@ README's migration steps in order never leave a pod without its template."""
 from __future__ import annotations
 
 import json
+import ssl
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,34 @@ def test_a_namespace_scoped_identity_gets_no_template_for_forged_annotations(sta
     wait_for("a refusal event per forged pod", lambda: len(events(stack, "tenant", REFUSED_REASON)) >= 3, 10)
     time.sleep(1.0)
     assert templates(stack, "tenant") == []
+
+
+def reviews(stack: Stack, hook: str) -> float:
+    """The webhook's reviews answered for ``hook`` so far, from its metrics (on its own port)."""
+    context = ssl.create_default_context(cadata=stack.ca_pem.decode())
+    context.check_hostname = False  # the serving certificate names the Service; the CA is checked
+    url = f"https://127.0.0.1:{stack.webhook_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5, context=context) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("gpucluster_webhook_reviews_total{") and f'rule="{hook}"' in line)  # fmt: skip
+
+
+def test_claims_made_from_a_pods_template_never_reach_the_webhook(stack: Stack) -> None:
+    # kube-apiserver evaluates the hook's matchCondition: kube-controller-manager's claim of a pod
+    # is not sent (the template was checked), a claim written by hand with the same annotation is.
+    hook = "resourceclaims.validate.gpucluster.nvidia.com"
+    before = reviews(stack, hook)
+    kubectl(stack, "create", "-n", "team-a", "-f", "-", stdin=legacy_pod("claimed", 1))
+    wait_for("the pod's claim", lambda: get_json(stack, "resourceclaims", "-n", "team-a")["items"], 20)
+    assert reviews(stack, hook) == before
+    claim = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "by-hand", "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+    }  # fmt: skip
+    kubectl(stack, "create", "-n", "team-a", "-f", "-", stdin=json.dumps(claim))
+    assert reviews(stack, hook) == before + 1
 
 
 def test_a_squatted_name_gets_a_true_warning_and_the_pod_stays_gated(stack: Stack) -> None:

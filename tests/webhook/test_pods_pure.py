@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import celpy  # the CEL the sandbox's API server evaluates matchConditions with
 import pytest
 
 from gpucluster.clusterstate import ClusterState
@@ -203,3 +204,29 @@ def test_a_pod_bound_to_a_node_gets_no_gate() -> None:
     # The API server refuses schedulingGates on a pod whose spec.nodeName is set.
     p = pod(container("cuda", {"nvidia.com/gpu": "1"}), node_name="gpu-node-1")
     assert "schedulingGates" not in patched(mutate(p))["spec"]
+
+
+@pytest.mark.parametrize(
+    ("user", "annotated", "sent"),
+    [
+        ("system:serviceaccount:kube-system:resource-claim-controller", True, False),
+        ("system:kube-controller-manager", True, False),  # kube-controller-manager without per-controller credentials
+        ("system:serviceaccount:kube-system:resource-claim-controller", False, True),
+        ("jane", True, True),  # the annotation alone, written by hand, does not skip the check
+        ("jane", False, True),
+    ],
+)
+def test_claims_the_resourceclaim_controller_makes_from_a_template_are_not_sent(
+    user: str, annotated: bool, sent: bool
+) -> None:
+    [hook] = [h for h in HOOKS if h.resource == "resourceclaims"]
+    metadata: dict[str, Any] = {"name": "c"}
+    if annotated:
+        metadata["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    activation = {
+        "object": celpy.json_to_cel({"metadata": metadata, "spec": {}}),
+        "request": celpy.json_to_cel({"operation": "CREATE", "userInfo": {"username": user}}),
+    }
+    env = celpy.Environment()
+    results = [bool(env.program(env.compile(expr)).evaluate(activation)) for _, expr in hook.match_conditions]
+    assert all(results) is sent
