@@ -363,6 +363,13 @@ def conflict_message(pod: Mapping[str, Any], namespace: str, name: str, ours: An
     )
 
 
+def refused_message(pod: Mapping[str, Any], why: str) -> str:
+    message = f"gpucluster provisions no claim template: {why}"
+    if gated(pod):
+        message += f"; the pod stays gated ({CLAIM_TEMPLATES_GATE}) and is not scheduled while this holds"
+    return message
+
+
 @dataclass
 class _Backoff:
     until: float
@@ -556,7 +563,7 @@ class Provisioner:
             del self.backoff[key]
         live_uids = {str(metadata(p).get("uid")) for p in pods}
         for pod, why in result.refused:
-            await self._report(pod, "Warning", REFUSED_REASON, f"gpucluster provisions no claim template: {why}")
+            await self._report(pod, "Warning", REFUSED_REASON, refused_message(pod, why))
         for pod, (namespace, name), live in result.conflicts:
             want = result_spec(pod, name, self.cluster)
             await self._conflict(pod, namespace, name, want, live.get("spec"))

@@ -480,6 +480,11 @@ async def test_a_forged_gated_pod_is_never_ungated() -> None:
     # A name of the user's choosing: refused, so the gate (the user's to write) stays.
     pod = gated(forged("f", {"containers": {"c": {"nvidia.com/gpu": "1"}}}, ["gpucluster-owned-by-attacker-1"], "ml"))
     kube = api({"metadata": {"name": "gpucluster-owned-by-attacker-1", "namespace": "ml"}, "spec": ONE_GPU_SPEC})
-    p, _ = provisioner(kube, [pod], [0.0])
+    p, events = provisioner(kube, [pod], [0.0])
     await p.reconcile()
     assert gates(kube, "f") == [CLAIM_TEMPLATES_GATE] and kube.paths("PATCH") == []
+    [(reason, message)] = events
+    assert reason == REFUSED_REASON
+    assert message.endswith(
+        "; the pod stays gated (gpucluster.nvidia.com/claim-templates) and is not scheduled while this holds"
+    )
