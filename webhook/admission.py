@@ -45,6 +45,8 @@ class Hook:
     side_effects: Literal["None", "NoneOnDryRun"] = "None"
     reinvocation: Literal["Never", "IfNeeded"] = "Never"
     match_conditions: tuple[tuple[str, str], ...] = ()  # (name, CEL expression)
+    # Not called for the operator's own requests (when the configuration knows its identity).
+    skip_operator: bool = False
     object_selector: dict[str, Any] | None = None
 
 
@@ -101,7 +103,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "resourceclaimtemplates.validate.gpucluster.nvidia.com", "validate", "resource.k8s.io", "v1",
         "resourceclaimtemplates", "ResourceClaimTemplate", ("CREATE",), validate_claim_request, "Ignore",
-        "same as ResourceClaim", namespaced=True,
+        "same as ResourceClaim", namespaced=True, skip_operator=True,
     ),
     Hook(
         "pods.mutate.gpucluster.nvidia.com", "mutate", "", "v1", "pods", "Pod", ("CREATE",),

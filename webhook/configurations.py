@@ -35,8 +35,21 @@ def _client_config(
     return config
 
 
+def operator_condition(operator: str) -> tuple[str, str]:
+    """The matchCondition that keeps ``operator``'s own requests (a username) away from a hook: the
+    claim templates the controller creates are a translation's by construction, and their review
+    would cost a feasibility check per template that nobody reads."""
+    return ("not-the-operators-own", f"request.userInfo.username != '{operator}'")
+
+
 def _webhook(
-    hook: Hook, *, service: str | None, namespace: str, url: str | None, ca_bundle: bytes | None
+    hook: Hook,
+    *,
+    service: str | None,
+    namespace: str,
+    url: str | None,
+    ca_bundle: bytes | None,
+    operator: str | None = None,
 ) -> dict[str, Any]:
     webhook: dict[str, Any] = {
         "name": hook.name,
@@ -68,8 +81,9 @@ def _webhook(
         }
     if hook.object_selector:
         webhook["objectSelector"] = hook.object_selector
-    if hook.match_conditions:
-        webhook["matchConditions"] = [{"name": n, "expression": e} for n, e in hook.match_conditions]
+    conditions = [*hook.match_conditions, *([operator_condition(operator)] if hook.skip_operator and operator else [])]
+    if conditions:
+        webhook["matchConditions"] = [{"name": n, "expression": e} for n, e in conditions]
     if hook.path == "mutate":
         webhook["reinvocationPolicy"] = hook.reinvocation
     return webhook
@@ -82,8 +96,11 @@ def webhook_configurations(
     url: str | None = None,
     ca_bundle: bytes | None = None,
     annotations: dict[str, str] | None = None,
+    operator: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The two configurations: reach the webhook through ``service`` in ``namespace``, or at ``url``."""
+    """The two configurations: reach the webhook through ``service`` in ``namespace``, or at ``url``.
+    ``operator``: the username the operator's controller runs as (the chart's ServiceAccount), whose
+    own requests the hooks marked ``skip_operator`` never see."""
     out = []
     for kind, name, path in (
         ("ValidatingWebhookConfiguration", VALIDATING_NAME, "validate"),
@@ -93,7 +110,7 @@ def webhook_configurations(
         if annotations:
             metadata["annotations"] = dict(annotations)
         hooks = [
-            _webhook(h, service=service, namespace=namespace, url=url, ca_bundle=ca_bundle)
+            _webhook(h, service=service, namespace=namespace, url=url, ca_bundle=ca_bundle, operator=operator)
             for h in HOOKS
             if h.path == path
         ]

@@ -230,3 +230,29 @@ def test_claims_the_resourceclaim_controller_makes_from_a_template_are_not_sent(
     env = celpy.Environment()
     results = [bool(env.program(env.compile(expr)).evaluate(activation)) for _, expr in hook.match_conditions]
     assert all(results) is sent
+
+
+@pytest.mark.parametrize(
+    ("user", "sent"),
+    [
+        ("system:serviceaccount:gpu-operator:gpucluster", False),  # the operator's controller
+        ("system:serviceaccount:gpu-operator:other", True),
+        ("jane", True),
+    ],
+)
+def test_templates_the_operator_creates_are_not_sent(user: str, sent: bool) -> None:
+    validating = webhook_configurations(operator="system:serviceaccount:gpu-operator:gpucluster")[0]
+    [hook] = [w for w in validating["webhooks"] if w["name"].startswith("resourceclaimtemplates.")]
+    activation = {
+        "object": celpy.json_to_cel({"metadata": {"name": "t"}, "spec": {"spec": {}}}),
+        "request": celpy.json_to_cel({"operation": "CREATE", "userInfo": {"username": user}}),
+    }
+    env = celpy.Environment()
+    conditions = [c["expression"] for c in hook["matchConditions"]]
+    assert all(bool(env.program(env.compile(expr)).evaluate(activation)) for expr in conditions) is sent
+
+
+def test_without_the_operators_identity_every_template_is_sent() -> None:
+    validating = webhook_configurations()[0]
+    [hook] = [w for w in validating["webhooks"] if w["name"].startswith("resourceclaimtemplates.")]
+    assert "matchConditions" not in hook
