@@ -11,11 +11,15 @@ Three loads:
   answer is cached;
 * 5,000 shapes: pods of distinct specs (an env value and an image of their own, as the pods of
   an indexed Job or a StatefulSet have, or of workloads rolled out build after build), cycled in
-  order, so that no answer is ever cached: every review is decoded, its part a translation reads
-  taken out, the patch assembled and encoded. Their translations are shared (they differ in
-  nothing a translation reads; see gpucluster.translate.translated_part);
-* 5,000 shapes, no translation shared (for comparison, no target): the same pods with a container
-  name of their own, so that every review is translated and diffed too.
+  order. They differ in nothing the pod rule reads, so they share an answer (the answer cache is
+  keyed by the part of the spec a translation reads, gpucluster.translate.translated_part, and
+  the few fields the rule reads besides): every review is decoded and its key taken out;
+* 5,000 shapes, no answer shared: the same pods with a container name of their own, so that
+  every review misses the answer cache (which holds fewer entries than this and is visited in a
+  cycle) and is translated, diffed, assembled and encoded: a new shape each time.
+
+Both 5,000-shape loads carry the issue's targets (CPU <= 1.3x the bare server's, throughput >=
+70 % of it).
 """
 
 from __future__ import annotations
@@ -203,8 +207,8 @@ def run() -> list[dict[str, Any]]:
             proc.wait(10)
     p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
     ratio, new_ratio = ours_rps / bare_rps, new_rps / new_bare_rps
-    new_cpu_ratio = new_cpu / new_bare_cpu
-    shapes, raw = f"({SHAPES:,} shapes)", f"({SHAPES:,} shapes, no translation shared)"
+    new_cpu_ratio, raw_ratio, raw_cpu_ratio = new_cpu / new_bare_cpu, raw_rps / raw_bare_rps, raw_cpu / raw_bare_cpu
+    shapes, raw = f"({SHAPES:,} shapes)", f"({SHAPES:,} shapes, no answer shared)"
     return [
         _row("pod mutation throughput (32 in flight)", ours_rps, "req/s"),
         _row("bare aiohttp TLS constant review", bare_rps, "req/s"),
@@ -220,8 +224,8 @@ def run() -> list[dict[str, Any]]:
         _row(f"server CPU per pod mutation {shapes}", new_cpu, "us"),
         _row(f"bare server CPU per review {shapes}", new_bare_cpu, "us"),
         _row(f"server CPU per review vs bare server {shapes}", new_cpu_ratio, "x", "<= 1.3x", new_cpu_ratio <= 1.3),
-        _row(f"throughput vs bare server {raw}", raw_rps / raw_bare_rps * 100, "%"),
+        _row(f"throughput vs bare server {raw}", raw_ratio * 100, "%", ">= 70 %", raw_ratio >= 0.7),
         _row(f"server CPU per pod mutation {raw}", raw_cpu, "us"),
         _row(f"bare server CPU per review {raw}", raw_bare_cpu, "us"),
-        _row(f"server CPU per review vs bare server {raw}", raw_cpu / raw_bare_cpu, "x"),
+        _row(f"server CPU per review vs bare server {raw}", raw_cpu_ratio, "x", "<= 1.3x", raw_cpu_ratio <= 1.3),
     ]

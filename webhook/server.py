@@ -140,13 +140,15 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         app = request.app
         metrics = app[METRICS_KEY]
         started = time.perf_counter()
+        headers = request.headers
         # The exact header the API server sends is checked without aiohttp's parse of it.
-        if request.headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
+        if headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
             metrics.rejected.labels(path, "415").inc()
             return web.Response(status=415, text="Content-Type must be application/json\n")
-        # The API server never compresses a review; a compressed body is at most a decompression bomb.
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding != "identity":
+        # The API server never compresses a review (nor names an encoding); a compressed body is
+        # at most a decompression bomb.
+        encoding = headers.get("Content-Encoding")
+        if encoding is not None and (encoding := encoding.strip().lower()) != "identity":
             metrics.rejected.labels(path, "415").inc()
             return await _answer_and_close(
                 request, 415, f"Content-Encoding {encoding} is not accepted: send the review uncompressed\n"
@@ -173,13 +175,12 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         except ReviewDecodeError as exc:
             metrics.rejected.labels(path, "400").inc()
             return web.Response(status=400, text=f"cannot decode AdmissionReview: {exc}\n")
-        answer = functools.partial(
-            admit_request, review, path=path, cluster=app[CLUSTER_KEY], settings=app[SETTINGS_KEY]
-        )
+        cluster, settings = app[CLUSTER_KEY], app[SETTINGS_KEY]
         if (review.group, review.kind) in OFFLOADED:
+            answer = functools.partial(admit_request, review, path=path, cluster=cluster, settings=settings)
             admission = await asyncio.get_running_loop().run_in_executor(app[THREADS_KEY], answer)
         else:
-            admission = answer()
+            admission = admit_request(review, path=path, cluster=cluster, settings=settings)
         elapsed = time.perf_counter() - started
         outcome = admission.verdict.outcome or ("allowed" if admission.verdict.allowed else "denied")
         metrics.observe(admission.rule, admission.request.operation, outcome, path, elapsed)

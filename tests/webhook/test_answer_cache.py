@@ -129,3 +129,28 @@ def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
         assert patched["spec"]["containers"][0]["image"] == f"registry.example.com/train:{i}"
         assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == renamed["metadata"]["name"]
         assert outcome(out) == outcome(answer(mine, view()))
+
+
+def test_pods_that_differ_only_in_env_args_and_images_share_one_answer() -> None:
+    # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, encoded once.
+    state = ClusterState.from_objects([NAMESPACE])
+    first = answer(own(replica(0), 0), state)
+    second = answer(own(replica(0), 1), state)
+    assert second.verdict.patch is first.verdict.patch
+
+
+def test_node_name_and_scheduling_gates_are_part_of_the_answer() -> None:
+    state = ClusterState.from_objects([NAMESPACE])
+    plain = answer(replica(1), state)
+    bound = replica(2)
+    bound["spec"]["nodeName"] = "gpu-1"
+    pinned = answer(bound, state)
+    assert pinned.verdict.patch is not plain.verdict.patch
+    assert "schedulingGates" not in jsonpatch.apply_patch(bound, decode_patch(pinned.response))["spec"]
+    held = replica(3)
+    held["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    gated = jsonpatch.apply_patch(held, decode_patch(answer(held, state).response))
+    assert gated["spec"]["schedulingGates"] == [
+        {"name": "example.com/quota"},
+        {"name": "gpucluster.nvidia.com/claim-templates"},
+    ]

@@ -234,6 +234,20 @@ async def test_a_compressed_body_is_refused_with_415(live: Live, encoding: str) 
     assert live.metric("gpucluster_webhook_rejected_requests_total", path="validate", code="415") == 1
 
 
+@pytest.mark.parametrize("encoding", ["identity", " Identity "])
+async def test_a_body_sent_as_identity_is_answered(live: Live, encoding: str) -> None:
+    # Naming no encoding at all, the API server's way, is the usual case; "identity" is the same.
+    request = head(len(BODY), keep_alive=False).replace(
+        b"\r\n\r\n", f"\r\nContent-Encoding: {encoding}\r\n\r\n".encode()
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", live.port, ssl=live.client_context())
+    writer.write(request + BODY)
+    answer = await closed_by_server(reader, 5)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    assert live.metric("gpucluster_webhook_rejected_requests_total", path="validate", code="415") == 0
+
+
 @pytest.mark.parametrize("metadata", ["x", [1], 7])
 async def test_metadata_that_is_not_an_object_gets_400_not_an_internal_error(
     live: Live, caplog: pytest.LogCaptureFixture, metadata: object
