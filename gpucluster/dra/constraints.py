@@ -8,6 +8,7 @@ value types, not of the order devices are tried in; the search only adds and rem
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -130,6 +131,11 @@ def show_value(value: tuple[str, Any] | None) -> str:
     return "?" if value is None else repr(value[1]) if value[0] == "string" else str(value[1])
 
 
+@functools.lru_cache(maxsize=256)  # one constraint object per node: the same few labels
+def _label(kind: str, attribute: str) -> str:
+    return f"constraint {kind} {attribute}"
+
+
 class Constraint:
     """A claim constraint over the devices chosen so far, which the search adds and removes."""
 
@@ -137,7 +143,7 @@ class Constraint:
 
     def __init__(self, spec: ConstraintSpec) -> None:
         self.spec = spec
-        self.label = f"constraint {spec.kind} {spec.attribute}"
+        self.label = _label(spec.kind, spec.attribute)
 
     def add(self, device: Device, request: int) -> str:
         """Add the device chosen for the claim's request ``request`` (its index), or say why not."""
@@ -280,6 +286,166 @@ def constraint_for_node(spec: ConstraintSpec, semantics: Semantics, devices: Seq
     if spec.kind == "matchAttribute":
         return MatchAttribute(spec)
     return DistinctAttribute(spec, by_identity=semantics.distinct_by_identity)
+
+
+def _same_raw(devices: Sequence[Device | None], name: str, domain: str, ident: str) -> Any:
+    """The raw attribute ``name`` (``lookup_attribute``'s order) every device has, equal on all
+    of them; MISSING if there is none."""
+    first: Any = MISSING
+    for d in devices:
+        if d is None:
+            return MISSING
+        attrs = d.attributes
+        raw = attrs.get(name, MISSING)
+        if raw is MISSING and domain == d.key[0]:
+            raw = attrs.get(ident, MISSING)
+        if raw is MISSING:
+            return MISSING
+        if first is MISSING:
+            first = raw
+        elif raw is not first and raw != first:
+            return MISSING
+    return first
+
+
+class NodeValues:
+    """The values of the attributes a node's constraints read, for each of its search entries
+    (``devices``: None for an entry without a device), a column per attribute worked out once
+    for the node: the constraints' static reasons and the pruning's groups of devices by value
+    read whole columns, for every request, where one lookup per device and request cost more
+    than the rest of a constrained claim's search on a node of plain GPUs.
+
+    A column holds :func:`value_of` of each device (MISSING for an entry without a device).
+    """
+
+    __slots__ = ("columns", "devices", "groups", "settled", "unknown", "unset")
+
+    def __init__(self, devices: Sequence[Device | None]) -> None:
+        self.devices = devices
+        self.columns: dict[str, list[Any]] = {}
+        # attribute -> value of a known type -> the indices of the entries with it, in order
+        # (None: some value cannot be a key); filled with the column
+        self.groups: dict[str, dict[Any, list[int]] | None] = {}
+        # attribute -> whether some device lacks it / has a value of unknown type (with the column)
+        self.unset: dict[str, bool] = {}
+        self.unknown: dict[str, bool] = {}
+        # attribute -> the one value every device has (None: not every device has the same
+        # value of a known type), see settled_value
+        self.settled: dict[str, Any] = {}
+
+    def column(self, name: str) -> list[Any]:
+        """:func:`value_of` ``name`` of every entry."""
+        found = self.columns.get(name)
+        if found is not None:
+            return found
+        out: list[Any] = []
+        append = out.append
+        domain, _, ident = name.partition("/")
+        for d in self.devices:
+            if d is None:
+                append(MISSING)
+                continue
+            # value_of's common case, inlined (its per-device cache is not needed: the column is
+            # the cache); anything else as value_of has it.
+            attrs = d.attributes
+            raw = attrs.get(name, MISSING)
+            if raw is MISSING and domain == d.key[0]:
+                raw = attrs.get(ident, MISSING)
+            if type(raw) is dict:
+                text = raw.get("string")
+                if text is not None:
+                    append(("string", text))
+                    continue
+            append(value_of(d, name))
+        self.columns[name] = out
+        groups: dict[Any, list[int]] | None = {}
+        unset = unknown = False
+        for i, value in enumerate(out):
+            if value is MISSING:
+                unset = unset or self.devices[i] is not None
+            elif value is None:
+                unknown = True
+            elif groups is not None:
+                try:
+                    found_group = groups.get(value)
+                except TypeError:
+                    groups = None  # an unhashable value: the constraint's own code says what happens
+                    continue
+                if found_group is None:
+                    groups[value] = [i]
+                else:
+                    found_group.append(i)
+        self.groups[name] = groups
+        self.unset[name] = unset
+        self.unknown[name] = unknown
+        return out
+
+    def known(self, name: str) -> list[Any]:
+        """The column with None for every entry without a value of a known type (MISSING too)."""
+        key = "\x00" + name  # never an attribute name
+        found = self.columns.get(key)
+        if found is None:
+            found = self.columns[key] = [None if v is MISSING else v for v in self.column(name)]
+        return found
+
+    def settled_value(self, name: str) -> Any:
+        """The value of a known type every entry's device has for ``name``; None if there is no
+        such value (some entry has no device, lacks the attribute, has a value of unknown type or
+        another value than the first).
+
+        The raw attributes are compared, not their values: equal raw attributes have equal
+        values, and a node of one product publishes the same raw attribute on every device, so
+        no value is built for the common case. (Unequal raw attributes may still have equal
+        values: then the answer is None, and the column decides.)"""
+        if name in self.settled:
+            return self.settled[name]
+        value = None
+        devices = self.devices
+        if devices and devices[0] is not None:
+            domain, _, ident = name.partition("/")
+            first = _same_raw(devices, name, domain, ident)
+            if first is not MISSING:
+                value = value_of(devices[0], name)
+                if value is MISSING:
+                    value = None
+                elif value is not None:
+                    try:
+                        hash(value)
+                    except TypeError:
+                        value = None  # not a value the API stores: the constraint's code says what happens
+        self.settled[name] = value
+        return value
+
+    def static_reasons(self, constraints: Sequence[Constraint]) -> list[str] | None:
+        """:func:`static_reason` of every entry's device (entries without one: ""), None when it
+        is "" for all of them."""
+        reasons: list[str] | None = None
+        # The last constraint first: the first constraint's reason is the one a device keeps.
+        for c in reversed(constraints):
+            if isinstance(c, SetConstraint):
+                name = c.spec.attribute
+                column = [MISSING if d is None else set_of(d, name) for d in self.devices]
+                unknown_fails = True
+            else:
+                if self.settled_value(c.spec.attribute) is not None:
+                    continue  # every device has the attribute, of a known type
+                column = self.column(c.spec.attribute)
+                unknown_fails = isinstance(c, DistinctAttribute)
+                if not self.unset[c.spec.attribute] and not (unknown_fails and self.unknown[c.spec.attribute]):
+                    continue  # every device has the attribute, of a known type if that matters
+            for i, value in enumerate(column):
+                if value is MISSING:
+                    if self.devices[i] is None:
+                        continue
+                    reason = f"{c.label} (attribute not set)"
+                elif value is None and unknown_fails:
+                    reason = f"{c.label} (unknown attribute type)"
+                else:
+                    continue
+                if reasons is None:
+                    reasons = [""] * len(column)
+                reasons[i] = reason
+        return reasons
 
 
 def static_reason(constraints: Iterable[Constraint], d: Device) -> str:

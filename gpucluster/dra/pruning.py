@@ -19,7 +19,7 @@ from operator import is_
 from typing import Any
 
 from gpucluster.dra.capacityledger import CapacityLedger
-from gpucluster.dra.constraints import MISSING, MatchAttribute, show_value, value_of
+from gpucluster.dra.constraints import MISSING, MatchAttribute, NodeValues, show_value
 from gpucluster.dra.counterledger import CounterLedger
 from gpucluster.dra.explanation import Recorder
 from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey
@@ -46,7 +46,19 @@ class Pruning:
     """The bounds of one node's search: ``groups`` is the search's claim -> request ->
     alternatives, filled as it builds its requests."""
 
-    __slots__ = ("any_shared", "capacity", "counters", "ctx", "entries", "groups", "recorder", "rests", "sem", "shared")
+    __slots__ = (
+        "any_shared",
+        "capacity",
+        "counters",
+        "ctx",
+        "entries",
+        "groups",
+        "recorder",
+        "rests",
+        "sem",
+        "shared",
+        "values",
+    )
 
     def __init__(
         self,
@@ -68,6 +80,9 @@ class Pruning:
         self.capacity = capacity
         self.recorder = recorder
         self.rests: dict[int, _Rest | None] = {}  # request uid -> see _rest
+        # The constraints' attribute values per entry: set by the search with its requests
+        # (a request with a constraint has them).
+        self.values: NodeValues | None = None
 
     def drop_settled(self, req: Req, usable: Sequence[int]) -> None:
         """Leave out of the search a matchAttribute constraint every device the request may take
@@ -75,17 +90,18 @@ class Pruning:
         is bound by it: it can never fail there, so it only costs time."""
         if not any(isinstance(c, MatchAttribute) for c in req.constraints):
             return
-        entries = self.entries
+        assert self.values is not None
         others = [r for alts in self.groups[req.claim_index] for r in alts if r.request_index != req.request_index]
         kept = []
         for c in req.constraints:
             if isinstance(c, MatchAttribute) and not any(c in r.constraints for r in others):
                 name = c.spec.attribute
+                if usable and self.values.settled_value(name) is not None:
+                    continue  # every device of the node has the one value: decided once per node
+                column = self.values.column(name)
                 values: set[Any] = set()
                 for i in usable:
-                    d = entries[i].device
-                    assert d is not None
-                    values.add(value_of(d, name))
+                    values.add(column[i])
                     if len(values) > 1:
                         break
                 if len(values) <= 1 and None not in values and MISSING not in values:
@@ -114,7 +130,8 @@ class Pruning:
             usable.reverse()
         req.usable = usable
         entries = self.entries
-        if statics.count(None) == len(statics):
+        all_usable = statics.count(None) == len(statics)
+        if all_usable:
             req.cel_failures = []  # every entry usable (a device, no CEL error): nothing to look for
         else:
             req.cel_failures = [i for i, r in enumerate(statics) if type(r) is CelFailure or entries[i].device is None]
@@ -137,14 +154,20 @@ class Pruning:
         for k, c in enumerate(req.constraints):
             if not isinstance(c, MatchAttribute):
                 continue
+            assert self.values is not None
+            name = c.spec.attribute
+            column = self.values.column(name)
+            groups = self.values.groups[name]
+            if groups is not None and all_usable:
+                # Every entry usable: the node's groups by value are the request's (read only).
+                req.by_value[k] = groups
+                req.value_at[k] = self.values.known(name)
+                continue
             positions: dict[tuple[str, Any], list[int]] = {}
             values: list[tuple[str, Any] | None] = [None] * len(statics)
-            name = c.spec.attribute
             for i, r in enumerate(statics):
                 if r is None:
-                    d = entries[i].device
-                    assert d is not None
-                    value = value_of(d, name)
+                    value = column[i]
                     if value is not None and value is not MISSING:
                         values[i] = value
                         found = positions.get(value)
@@ -268,8 +291,7 @@ class Pruning:
             assert isinstance(result, CelFailure)
             raise FatalError(result.message)
 
-    @staticmethod
-    def too_few_share(req: Req, index: int, need: int, unfixed: list[int]) -> str:
+    def too_few_share(self, req: Req, index: int, need: int, unfixed: list[int]) -> str:
         """Why entry ``index`` cannot start the rest of the request: it would fix a
         matchAttribute value too few of the remaining devices share ("" if it can)."""
         for k in unfixed:
@@ -278,5 +300,14 @@ class Pruning:
             have = len(same) - bisect_left(same, index)
             if have < need:
                 label = req.constraints[k].label
-                return f"{label} (only {have} usable device(s) from here on share {show_value(value)}, need {need})"
+                # The same few values (PCIe roots, NUMA nodes) on every node: each message once.
+                # (1 and True are equal keys; None: a value of unknown type)
+                key = (label, value, type(value[1]) if value is not None else None, have, need)
+                messages = self.ctx.messages
+                message = messages.get(key)
+                if message is None:
+                    message = messages[key] = (
+                        f"{label} (only {have} usable device(s) from here on share {show_value(value)}, need {need})"
+                    )
+                return message
         return ""

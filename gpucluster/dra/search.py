@@ -73,7 +73,14 @@ from operator import attrgetter
 from gpucluster.dra import capacity
 from gpucluster.dra.capacityledger import CapacityLedger
 from gpucluster.dra.claims import ClaimSpec, RequestSpec
-from gpucluster.dra.constraints import Constraint, DistinctAttribute, MatchAttribute, constraint_for_node, static_reason
+from gpucluster.dra.constraints import (
+    Constraint,
+    DistinctAttribute,
+    MatchAttribute,
+    NodeValues,
+    constraint_for_node,
+    static_reason,
+)
 from gpucluster.dra.counterledger import COUNTERS_GATED, CounterLedger
 from gpucluster.dra.explanation import NodeOutcome, Recorder
 from gpucluster.dra.model import ALLOCATION_RESULTS_MAX_SIZE, DeviceKey, NodeInfo
@@ -164,6 +171,8 @@ class NodeSearch:
         self.reqs: list[Req] = []
         self.groups: list[list[list[Req]]] = []  # claim -> request -> alternatives
         self.constraints: list[list[Constraint]] = []
+        # The attribute values the constraints read, per entry (built with the requests).
+        self.values: NodeValues | None = None
         self.selection = DeviceSelection(ctx)
         self.recorder = Recorder()  # why devices were refused, for the explanation
         self.counters = CounterLedger(ctx)
@@ -195,8 +204,11 @@ class NodeSearch:
     def _build_requests(self) -> None:
         devices: list[Device] | None = None
         for ci, claim in enumerate(self.ctx.claims):
-            if claim.constraints and devices is None:
-                devices = [e.device for e in self.entries if e.device is not None]
+            if claim.constraints and self.values is None:
+                self.values = self.pruning.values = NodeValues([e.device for e in self.entries])
+                # The set forms look at every device of the node (DRAListTypeAttributes).
+                if self.sem.list_type_attributes:
+                    devices = [e.device for e in self.entries if e.device is not None]
             constraints = (
                 [constraint_for_node(c, self.sem, devices or []) for c in claim.constraints]
                 if claim.constraints
@@ -639,6 +651,8 @@ class NodeSearch:
             and (not self.ctx.in_use or req.spec.admin_access)
         )
         constraints = req.constraints
+        # The constraints' static reasons of every entry at once (None: no device has one).
+        reasons = self.values.static_reasons(constraints) if quick and constraints and self.values else None
         i = 0
         while i < len(entries):
             s = entries[i].slice
@@ -651,9 +665,9 @@ class NodeSearch:
                 # Plain devices: no counters, taints or shares to look at.
                 if all_mode:
                     req.selected[i : i + len(verdicts)] = verdicts  # _prepare_all's members
-                if constraints:
-                    for d, verdict in zip(s.devices, verdicts, strict=True):
-                        static.append(verdict if verdict is not None else static_reason(constraints, d) or None)
+                if reasons is not None:
+                    for j, verdict in enumerate(verdicts, i):
+                        static.append(verdict if verdict is not None else reasons[j] or None)
                 else:
                     static.extend(verdicts)
             else:

@@ -78,6 +78,8 @@ class ExplainContext:
     # the values they read (see selection.DeviceSelection).
     verdicts: dict[tuple[Any, ...], Scope] = field(default_factory=dict)
     selector_labels: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # by request uid
+    # (constraint label, value, its type, devices that have it, devices needed) -> the pruning's reason
+    messages: dict[tuple[str, Any, type | None, int, int], str] = field(default_factory=dict)
     # capacity.requests -> a small id (requests asking the same capacity share what it takes)
     capacity_ids: dict[tuple[tuple[str, Fraction], ...], int] = field(default_factory=dict)
     capacity_by_request: dict[int, int] = field(default_factory=dict)  # request uid -> its capacity id
