@@ -1,6 +1,10 @@
 """The controller against the sandbox at 100, 1,000, 5,000, 10,000 and 20,000 nodes x 8 GPUs: time
-to ready, the controller's RSS, API writes in steady state, and the writes (status writes apart)
-to absorb 200 nodes leaving. ``BENCH_CONTROLLER_NODES=1000,5000`` picks the sizes.
+to ready, the controller's RSS, API writes in steady state, the controller's CPU per node
+heartbeat, and the writes (status writes apart) to absorb 200 nodes leaving.
+``BENCH_CONTROLLER_NODES=1000,5000`` picks the sizes.
+
+A line fitted through the times to ready at 1,000 nodes and more gives the time per 1,000 nodes x
+8 GPUs (target: at most 0.9 s) and its projection at 65,000 nodes (target: within 60 s, issue 30).
 
 The controller's RSS is read at each size (VmRSS once it is ready), and a line fitted through the
 sizes of 1,000 nodes and more gives the memory per 1,000 nodes x 8 GPUs (target: at most 12 MiB,
@@ -184,8 +188,15 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    """CPU time of ``pid``, all its threads: from schedstat (nanoseconds), else stat (clock ticks,
+    10 ms: 10 us an event over 1,000 heartbeats, too coarse for a 50 us target)."""
+    try:
+        return (
+            sum(int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+        )
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 async def _heartbeats(kube: Kube, port: int, pid: int, names: list[str]) -> dict[str, float]:
@@ -308,16 +319,46 @@ def _memory_rows(rss: dict[int, float]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+# Issue 30: ready at 65,000 nodes x 8 GPUs within 60 s, checked as the slope of the time to ready
+# fitted over 1,000 to 20,000 nodes; a heartbeat costs the controller a decode and a comparison.
+READY_PER_1000 = 0.9  # s per 1,000 nodes x 8 GPUs
+READY_AT_65K = 60.0  # s
+HEARTBEAT_US = 50.0  # controller CPU per node status event
+LEAVE_STATUS_WRITES = 2  # status writes to absorb 200 nodes leaving, at any size
+
+
+def _ready_rows(ready: dict[int, float]) -> list[dict[str, Any]]:
+    """The fitted time to ready per 1,000 nodes, the intercept, and the projection at 65,000."""
+    points = [(nodes / 1000, s) for nodes, s in sorted(ready.items()) if nodes >= 1000 and s == s]  # not NaN
+    if len(points) < 2:
+        return []
+    slope, intercept = fit(points)
+    over = f"fitted over {', '.join(f'{x * 1000:,.0f}' for x, _ in points)} nodes"
+    projected = intercept + slope * 65
+    return [
+        {"name": f"time to ready per 1,000 nodes x 8 GPUs ({over})", "value": slope, "unit": "s",
+         "target": f"<= {READY_PER_1000:g} s", "ok": slope <= READY_PER_1000},
+        {"name": f"time to ready with no nodes (intercept, {over})", "value": intercept, "unit": "s",
+         "target": None, "ok": None},
+        {"name": "time to ready projected at 65,000 nodes x 8 GPUs", "value": projected, "unit": "s",
+         "target": f"<= {READY_AT_65K:g} s", "ok": projected <= READY_AT_65K},
+    ]  # fmt: skip
+
+
 def run() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     rss: dict[int, float] = {}
+    ready: dict[int, float] = {}
     for nodes in _sizes():
         leave = 200 if nodes >= 1000 else 0
         result = asyncio.run(_scenario(nodes, leave=leave))
         n = f"{nodes:,} nodes x 8 GPUs"
-        goal = 5.0 if nodes <= 100 else 60.0
+        ready[nodes] = result["ready_s"]
+        # From 1,000 nodes the fitted slope and the projection at 65,000 below carry the target.
+        goal = 5.0 if nodes < 1000 else None
         rows.append({"name": f"time to ready, {n}", "value": result["ready_s"], "unit": "s",
-                     "target": f"<= {goal:g} s", "ok": result["ready_s"] <= goal})  # fmt: skip
+                     "target": None if goal is None else f"<= {goal:g} s",
+                     "ok": None if goal is None else result["ready_s"] <= goal})  # fmt: skip
         rows.append({"name": f"API writes in steady state (3 s), {n}", "value": result["steady_writes"],
                      "unit": "writes", "target": "0", "ok": result["steady_writes"] == 0})  # fmt: skip
         rss[nodes] = result["rss_mb"]
@@ -327,18 +368,19 @@ def run() -> list[dict[str, Any]]:
         if "beat_cpu_us" in result:
             beats = f"{result['beats']:,.0f} node heartbeats, {n}"
             rows.append({"name": f"controller CPU per node status event ({beats})", "unit": "us",
-                         "value": result["beat_cpu_us"], "target": "<= 1000 us",
-                         "ok": result["beat_cpu_us"] <= 1000})  # fmt: skip
+                         "value": result["beat_cpu_us"], "target": f"<= {HEARTBEAT_US:g} us",
+                         "ok": result["beat_cpu_us"] <= HEARTBEAT_US})  # fmt: skip
             rows.append({"name": f"controller API writes for {beats}", "unit": "writes",
                          "value": result["beat_writes"], "target": "0", "ok": result["beat_writes"] == 0})  # fmt: skip
         if leave:
             rows.append({"name": f"status writes to absorb {leave} nodes leaving, {n}", "unit": "writes",
-                         "value": result["leave_status_writes"], "target": "<= 10",
-                         "ok": result["leave_status_writes"] <= 10})  # fmt: skip
+                         "value": result["leave_status_writes"], "target": f"<= {LEAVE_STATUS_WRITES}",
+                         "ok": result["leave_status_writes"] <= LEAVE_STATUS_WRITES})  # fmt: skip
             rows.append({"name": f"all API writes to absorb {leave} nodes leaving, {n}", "unit": "writes",
                          "value": result["leave_writes"], "target": None, "ok": None})  # fmt: skip
             rows.append({"name": f"time until the inventory shows {leave} nodes gone, {n}", "unit": "s",
                          "value": result["leave_absorbed_s"], "target": None, "ok": None})  # fmt: skip
+    rows.extend(_ready_rows(ready))
     rows.extend(_memory_rows(rss))
     limit, largest = chart_limit_mib(), max(rss)
     rows.append({"name": f"the chart's controller memory limit, for {largest:,} nodes x 8 GPUs by its formula",

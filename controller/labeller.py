@@ -1,8 +1,9 @@
 """The node reconciler: labels GPU nodes for the DRA model, one node per key (I/O).
 
 Keyed by node name on its own work queue, synced by a few workers at once (bounded
-concurrency), so labelling 10,000 nodes is 10,000 small keys, not one long reconcile, and a
-node's heartbeat costs a label check, not a pass over the cluster. What a node needs is decided
+concurrency), so labelling 10,000 nodes is 10,000 small keys, not one long reconcile; a node's
+event costs a label check of that node, not a pass over the cluster, and its heartbeat not even
+that (the reflector drops an event that changes nothing cached: controller/transforms.py). What a node needs is decided
 by :func:`controller.nodes.label_patch` (pure). Nodes are labelled only while the GPUCluster
 reconciler has rendered operands (``active``); ``pending`` is the GPU nodes not yet as they
 should be, which keeps the GPUCluster not ready until they are.

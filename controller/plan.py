@@ -222,6 +222,10 @@ class Observed:
     label_errors: Mapping[str, tuple[int | None, str]] = field(default_factory=dict)  # node -> (status, error)
     slices: Sequence[KubeObject] = ()
     claims: Sequence[KubeObject] = ()
+    # The inventory of ``slices`` and ``claims`` when the caller keeps it (controller/reconcile.py
+    # does, until a slice or claim changes: a pass while 65,000 nodes are labelled must not count
+    # half a million devices again); None: counted here.
+    stock: Mapping[str, Any] | None = None
     templates: Sequence[KubeObject] = ()  # the ResourceClaimTemplates we created for translated pods
     previous_conflicts: frozenset[str] = frozenset()
 
@@ -356,7 +360,7 @@ def _conflict_events(cluster: KubeObject, new: frozenset[str]) -> list[Event]:
 
 def _readiness(cluster: KubeObject, observed: Observed, conflicts: Sequence[str], workloads: Sequence[Key]) -> Status:
     """The status once every live copy is known: conflicts first, then the nodes' labels, then the workloads."""
-    stock = inventory(observed.slices, observed.claims)
+    stock = dict(observed.stock) if observed.stock is not None else inventory(observed.slices, observed.claims)
     if conflicts:
         message = f"objects with operand names exist and are not ours, left untouched: {', '.join(conflicts)}"
         return Status(cluster, "notReady", OPERAND_CONFLICT, message, stock)

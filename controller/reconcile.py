@@ -51,7 +51,13 @@ from gpucluster.controller.plan import (
     summarize,
 )
 from gpucluster.controller.prerequisites import PrerequisiteCheck
-from gpucluster.controller.status import OPERAND_CONFLICT, OPERANDS_NOT_READY, RECONCILE_FAILED, desired_status
+from gpucluster.controller.status import (
+    OPERAND_CONFLICT,
+    OPERANDS_NOT_READY,
+    RECONCILE_FAILED,
+    desired_status,
+    inventory,
+)
 from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.events import EventRecorder
@@ -199,36 +205,59 @@ class OperandMemory:
 
 @dataclass
 class StatusWrites:
-    """When the GPUCluster status is written. A status that differs only in its inventory is written
-    at most every ``inventory_interval`` seconds (200 nodes leaving is a handful of status writes, not
-    200); a change of state or conditions is written at once. ``due``: when a held-back inventory
-    must be written."""
+    """When the GPUCluster status is written. A change of state or conditions is written at once. A
+    status that differs only in its inventory (nodes and GPUs came or went) is written at once when
+    our last write is ``inventory_quiet`` seconds old and nothing is held back: one node's change
+    shows at once. Otherwise it is held back until the inventory has not moved for
+    ``inventory_quiet`` seconds: 200 nodes leaving is one more write however long their removal
+    takes (on a large cluster it takes longer; a fixed interval made it a write every 5 s), and at
+    most ``inventory_max_hold`` seconds after the first change held back, so that steady churn still
+    shows. ``due``: when a held-back inventory must be written."""
 
-    inventory_interval: float = 5.0
+    inventory_quiet: float = 5.0
+    inventory_max_hold: float = 60.0
     clock: Callable[[], float] = time.monotonic
     writes: int = 0
     written: dict[str, tuple[float, Any]] = field(default_factory=dict)  # name -> (when, status without times)
+    # name -> (first held back, last moved, the inventory held back)
+    held: dict[str, tuple[float, float, Any]] = field(default_factory=dict)
     due: float | None = None
     last_reasons: dict[str, str] = field(default_factory=dict)  # name -> the reason last written
 
     def hold_back(self, name: str, now: float, current: Any, new: Any) -> bool:
-        """Whether only the inventory moved since our last write (``current`` and ``new`` without
-        their times); if so it is held back, due ``inventory_interval`` after that write."""
+        """Whether the change from ``current`` to ``new`` (without their times) is held back: only
+        the inventory moved since our last write, and it is not yet due."""
         written_at, written = self.written.get(name, (None, None))
         if (
-            written_at is not None
-            and now - written_at < self.inventory_interval
-            and _without_inventory(written) == _without_inventory(new)
-            and _without_inventory(current) == _without_inventory(written)
+            written_at is None
+            or _without_inventory(written) != _without_inventory(new)
+            or _without_inventory(current) != _without_inventory(written)
         ):
-            due = written_at + self.inventory_interval
-            self.due = due if self.due is None else min(self.due, due)
-            return True
-        return False
+            self.held.pop(name, None)
+            return False  # not ours to hold: written at once
+        stock = new.get("inventory") if isinstance(new, dict) else None
+        held = self.held.get(name)
+        if held is None:
+            if now - written_at >= self.inventory_quiet:
+                return False  # the first change after a quiet while
+            held = (now, now, stock)
+        elif held[2] != stock:
+            held = (held[0], now, stock)  # still moving
+        self.held[name] = held
+        due = min(held[1] + self.inventory_quiet, held[0] + self.inventory_max_hold)
+        if now >= due:
+            return False
+        self.due = due  # the latest: a change moves it later (only the singleton's status is written)
+        return True
+
+    def settled(self, name: str) -> None:
+        """The status is as it should be (an inventory came back as written): nothing is held back."""
+        self.held.pop(name, None)
 
     def wrote(self, name: str, now: float, new: Any) -> None:
         self.writes += 1
         self.written[name] = (now, new)
+        self.held.pop(name, None)
         if name == SINGLETON_NAME:
             self.due = None
 
@@ -368,9 +397,10 @@ class Reconciler:
         generation = int(meta.get("generation") or 0)
         current = cluster.get("status") if isinstance(cluster.get("status"), dict) else None
         new = desired_status(current, namespace=self.namespace, generation=generation, now=self.api.now(), **kwargs)
-        if _strip_times(current) == _strip_times(new):
-            return
         name = str(meta.get("name"))
+        if _strip_times(current) == _strip_times(new):
+            self.status.settled(name)
+            return
         now = self.status.clock()
         if self.status.hold_back(name, now, _strip_times(current), _strip_times(new)):
             return  # only the inventory moved since our last write: written when due
@@ -430,6 +460,11 @@ class Reconciler:
             label_errors=dict(self.peers.label_errors()),
             slices=state.list("ResourceSlice"),
             claims=state.list("ResourceClaim"),
+            stock=state.derived(
+                "gpucluster-inventory",
+                lambda s: inventory(s.list("ResourceSlice"), s.list("ResourceClaim")),
+                ["ResourceSlice", "ResourceClaim"],
+            ),
             templates=list(self.peers.provisioned_templates()),
             previous_conflicts=self.operands.conflicts,
         )

@@ -10,7 +10,10 @@ workers on one key, rate-limited retries):
   reconciler asks (5 s while not ready, 60 s when ready); failures back off 0.5 s doubling to
   ``max_backoff``, and after ``report_failures_after`` in a row show in status.
 * ``nodes`` (labels, controller/labeller.py): a node's own events, and claims allocated on it;
-  ``node_workers`` at once.
+  ``node_workers`` at once (each a label write; the client's QPS and burst, when set, bound their
+  rate: gpucluster/kube/client.py ``Throttle``). A node event that changes nothing cached of the
+  node (a heartbeat: status only; the echo of our own label write) never gets here: its reflector
+  drops it (controller/transforms.py ``node_unchanged``).
 * ``pods`` (pending pods: explanations, stranded pods): a pod's own events, and the pods a
   claim, slice or class event concerns (a claim's own pods, or every waiting pod when devices were
   taken or freed; for slices and classes, controller/affected.py); the allocator runs in the
@@ -45,7 +48,7 @@ from gpucluster.controller.provision import DEFAULT_GRACE_PERIOD, Provisioner
 from gpucluster.controller.reconcile import Api, Reconciler, owned_resources
 from gpucluster.controller.status import PERMISSION_DENIED
 from gpucluster.controller.stranded import StrandedPods
-from gpucluster.controller.transforms import transform_for
+from gpucluster.controller.transforms import transform_for, unchanged_for
 from gpucluster.errors import InputError
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.reflector import RESOURCES, Reflector, Resource, forbidden_permission
@@ -66,6 +69,13 @@ WATCHED = ["GPUCluster", "ClusterPolicy", "Node", "Namespace", "ResourceSlice", 
 # Only pending pods matter (explanations); a field selector keeps the cache small.
 PENDING_PODS = Resource("Pod", "/api/v1/pods", field_selector="status.phase=Pending")
 
+
+# Label writes in flight at once (each a node's key on the nodes queue). Against the sandbox (one
+# event loop) 8 keep it busy and 16 only queue in it: 5,000 nodes took 7-11 s with 8 and 11-17 s
+# with 16 (2 cores, shared). An API server slower per write (etcd's commit: 10 ms is 800 writes a
+# second from 8) is given more with --node-workers; a client-side limit (--kube-api-qps) bounds
+# the rate, and the API server's priority and fairness the concurrency it grants us.
+DEFAULT_NODE_WORKERS = 8
 
 # What each pass runs, as the `reconciler` label names it.
 RECONCILERS = ("gpucluster", "nodes", "explanations", "stranded")
@@ -138,7 +148,7 @@ class Controller:
         delete_stranded_pods: bool = False,
         report_failures_after: int = 3,
         max_backoff: float = 8.0,
-        node_workers: int = 8,
+        node_workers: int = DEFAULT_NODE_WORKERS,
     ) -> None:
         self.kube = kube
         self.report_failures_after = report_failures_after
@@ -435,6 +445,7 @@ class Controller:
                 on_event=self._on_event,
                 on_list=self._on_list,
                 transform=transform_for(r.kind),
+                unchanged=unchanged_for(r.kind),
             )
             for r in resources
         ]
@@ -585,6 +596,7 @@ async def run_controller(
     template_grace_period: float = DEFAULT_GRACE_PERIOD,
     delete_stranded_pods: bool = False,
     allocator_options: Mapping[str, Any] | None = None,
+    node_workers: int = DEFAULT_NODE_WORKERS,
 ) -> Controller:
     """Run the controller until ``stop`` is set; serves /healthz, /readyz, /metrics on ``health_port``.
 
@@ -593,6 +605,7 @@ async def run_controller(
     controller = Controller(
         kube, namespace=namespace, env=env, leader_election=leader_election,
         template_grace_period=template_grace_period, delete_stranded_pods=delete_stranded_pods,
+        node_workers=node_workers,
     )  # fmt: skip
     controller.explainer.allocator_options = dict(allocator_options or {})
     runner = None

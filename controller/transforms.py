@@ -22,6 +22,8 @@ the same answers.
 Dropped: uid, annotations, ownerReferences, finalizers, managedFields, ``spec`` (taints, podCIDR,
 providerID) and ``status`` (capacity, allocatable, conditions, addresses, images, nodeInfo,
 daemonEndpoints, volumes): no reader, and the heartbeats that change them change nothing kept.
+Such an event is dropped by the reflector before it is trimmed (:func:`node_unchanged`): the
+cached node, its resourceVersion included, stays as it was, and no handler is told.
 
 **ResourceSlice**: ``metadata.name``, ``metadata.resourceVersion``, the whole ``spec``.
 
@@ -119,8 +121,28 @@ def _part(out: KubeObject, obj: Mapping[str, Any], key: str, trim: Callable[[dic
         out[key] = compact(trim(value)) if isinstance(value, dict) else value
 
 
+NODE_METADATA = ("name", "resourceVersion", "labels")
+
+
 def trim_node(obj: KubeObject) -> KubeObject:
-    return _head(obj, ("name", "resourceVersion", "labels"))
+    return _head(obj, NODE_METADATA)
+
+
+_ABSENT = object()
+
+
+def node_unchanged(cached: KubeObject, obj: KubeObject) -> bool:
+    """Whether ``obj``, a Node as watched, differs from ``cached`` (as :func:`trim_node` kept it) in
+    nothing but its resourceVersion: a heartbeat, which changes only the status. Compared on the
+    untrimmed object, so that a heartbeat costs a few comparisons and no copy; the fields compared
+    are the ones trim_node keeps (tests/controller/test_transforms.py holds the two together)."""
+    for key in ("apiVersion", "kind"):
+        if cached.get(key, _ABSENT) != obj.get(key, _ABSENT):
+            return False
+    meta, kept = obj.get("metadata"), cached.get("metadata")
+    if type(meta) is not dict or type(kept) is not dict:
+        return False
+    return all(meta.get(k, _ABSENT) == kept.get(k, _ABSENT) for k in NODE_METADATA if k != "resourceVersion")
 
 
 def trim_resource_slice(obj: KubeObject) -> KubeObject:
@@ -172,6 +194,16 @@ TRANSFORMS: Mapping[str, Transform] = {
 }
 
 
+# Kinds whose watch events often change nothing kept: a node's status is updated by its kubelet
+# (conditions, images, volumes), which must not cost the controller more than a look.
+UNCHANGED: Mapping[str, Callable[[KubeObject, KubeObject], bool]] = {"Node": node_unchanged}
+
+
 def transform_for(kind: str) -> Transform:
     """What the controller caches of an object of ``kind`` (see the module docstring)."""
     return TRANSFORMS.get(kind, strip_managed_fields)
+
+
+def unchanged_for(kind: str) -> Callable[[KubeObject, KubeObject], bool] | None:
+    """For the reflector of ``kind``: whether a watched object changes nothing its transform keeps."""
+    return UNCHANGED.get(kind)

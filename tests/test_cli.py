@@ -153,3 +153,16 @@ def test_sandbox_refuses_a_node_count_it_cannot_simulate(nodes: str) -> None:
         out.stderr.strip()
         == f"gpucluster sandbox: --nodes {nodes}: must be between 0 and 65,000 (the largest real clusters)"
     )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--node-workers", "0", "--node-workers 0: must be at least 1"),
+        ("--kube-api-burst", "-1", "--kube-api-burst -1: must not be negative"),
+    ],
+)
+def test_controller_refuses_no_label_workers_and_a_negative_burst(flag: str, value: str, message: str) -> None:
+    out = gpucluster("controller", flag, value)
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"gpucluster controller: {message}"

@@ -80,6 +80,13 @@ class Reflector:
     DELETED event's object too), as client-go's ``SetTransform``: what a cache holds of an object
     is what its readers need (the controller's are in controller/transforms.py). The default
     drops ``metadata.managedFields``. ``on_event`` is told the transformed object.
+
+    ``unchanged(cached, obj)`` says whether a MODIFIED object changes nothing ``transform`` keeps
+    but its resourceVersion (a node's heartbeat, which changes only its status, when only name and
+    labels are kept). Such an event is dropped before it is transformed: the cached object stays,
+    with its older resourceVersion, and ``on_event`` is not told (like an update predicate of
+    controller-runtime, so nothing is queued). Readers then see the same object, by identity too,
+    until something they read changes; the watch itself resumes from the event's version.
     """
 
     def __init__(
@@ -94,6 +101,7 @@ class Reflector:
         on_event: Callable[[str, KubeObject], None] | None = None,
         on_list: Callable[[str], None] | None = None,
         transform: Callable[[KubeObject], KubeObject] = strip_managed_fields,
+        unchanged: Callable[[KubeObject, KubeObject], bool] | None = None,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -103,6 +111,8 @@ class Reflector:
         self.missing_retry = missing_retry
         self.on_event = on_event
         self.transform = transform
+        self.unchanged = unchanged
+        self.skipped = 0  # MODIFIED events that changed nothing kept (``unchanged``)
         self.on_list = on_list  # told the kind after every (re)list: the watch events between are lost
         self.lists = 0
         self.error: KubeError | None = None
@@ -162,6 +172,14 @@ class Reflector:
             if kind == "BOOKMARK":
                 continue
             obj.setdefault("kind", self.resource.kind)
+            if kind == "MODIFIED" and self.unchanged is not None:
+                meta = obj.get("metadata") or {}
+                cached = self.state.get(
+                    self.resource.kind, str(meta.get("name") or ""), str(meta.get("namespace") or "")
+                )
+                if cached is not None and self.unchanged(cached, obj):
+                    self.skipped += 1
+                    continue
             obj = self.transform(obj)
             if kind in ("ADDED", "MODIFIED"):
                 self.state.upsert(self.resource.kind, obj)

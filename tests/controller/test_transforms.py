@@ -28,7 +28,7 @@ from gpucluster.controller.provision import Provisioner, wanted_templates
 from gpucluster.controller.runtime import Controller
 from gpucluster.controller.status import inventory
 from gpucluster.controller.stranded import controller_uid, declined, stranded_resources
-from gpucluster.controller.transforms import transform_for
+from gpucluster.controller.transforms import node_unchanged, transform_for, trim_node
 from gpucluster.dra.allocator import explain
 from gpucluster.dra.model import node_from_object
 from gpucluster.kube.compact import Compactor
@@ -213,6 +213,40 @@ def test_nodes_keep_name_resource_version_and_labels_only() -> None:
         assert set(node["metadata"]) == {"name", "resourceVersion", "labels"}
 
 
+def _without_version(node: KubeObject) -> KubeObject:
+    return {**node, "metadata": {k: v for k, v in node["metadata"].items() if k != "resourceVersion"}}
+
+
+def test_a_node_whose_status_alone_changed_is_unchanged_as_kept() -> None:
+    """A heartbeat (status, resourceVersion; here annotations and spec too) changes nothing kept; a
+    label, a name or a kind does; and node_unchanged agrees with trim_node on every pair."""
+    variants = []
+    for node in nodes():
+        beat = copy.deepcopy(node)
+        beat["metadata"]["resourceVersion"] = "99999"
+        beat["metadata"]["annotations"] = {"node.alpha.kubernetes.io/ttl": "0"}
+        beat["spec"] = {"unschedulable": True}
+        beat["status"] = {
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-06T10:00:00Z"}]
+        }
+        assert node_unchanged(trim_node(copy.deepcopy(node)), beat), node["metadata"]["name"]
+        relabelled = copy.deepcopy(beat)
+        relabelled["metadata"]["labels"] = {**relabelled["metadata"].get("labels", {}), "nvidia.com/dra": "true"}
+        unlabelled = copy.deepcopy(beat)
+        unlabelled["metadata"].pop("labels", None)
+        renamed = copy.deepcopy(beat)
+        renamed["metadata"]["name"] += "-x"
+        other_kind = {**copy.deepcopy(beat), "apiVersion": "v2"}
+        for changed in (relabelled, renamed, other_kind):
+            assert not node_unchanged(trim_node(copy.deepcopy(node)), changed)
+        variants += [node, beat, relabelled, unlabelled, renamed, other_kind]
+    for a in variants:
+        cached = trim_node(copy.deepcopy(a))
+        for b in variants:
+            same_kept = _without_version(cached) == _without_version(trim_node(copy.deepcopy(b)))
+            assert node_unchanged(cached, b) == same_kept
+
+
 def test_the_inventory_published_profiles_and_slice_fingerprints_are_alike() -> None:
     objects, _ = cluster()
     full, small = of(objects, "ResourceSlice"), trimmed(of(objects, "ResourceSlice"))
@@ -371,3 +405,34 @@ async def test_the_controller_caches_trimmed_objects_and_the_provisioner_reads_i
         assert set(s["metadata"]) == {"name", "resourceVersion"}
     pod = controller.provisioner.state.get("Pod", "t1", "ml")
     assert pod is not None and LAST_APPLIED not in pod["metadata"]["annotations"]
+
+
+async def test_a_node_heartbeat_costs_the_controller_no_cache_write_and_queues_no_work() -> None:
+    """Its Node reflector drops a status-only update before trimming (controller/transforms.py
+    ``node_unchanged``): no handler runs, no key is queued, and the cached node is the same object."""
+    node = nodes()[0]
+    kube = FakeKube([node])
+    controller = Controller(kube, leader_election=False)
+    told: list[tuple[str, KubeObject]] = []
+    on_event = controller._on_event
+    controller._on_event = lambda type_, obj: (told.append((type_, obj)), on_event(type_, obj))[1]  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+    name = node["metadata"]["name"]
+    async with asyncio.timeout(10):
+        while not controller.state.synced(["Node"]):
+            await asyncio.sleep(0.01)
+        cached, generation = controller.state.get("Node", name), controller.state.kind_generation("Node")
+        beat = copy.deepcopy(node)
+        beat["status"]["conditions"] = [
+            {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-06T10:00:00Z"}
+        ]
+        kube.put(beat)
+        node_reflector = next(r for r in controller.reflectors if r.resource.kind == "Node")
+        while not node_reflector.skipped:
+            await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert told == [] and controller.state.get("Node", name) is cached
+    assert controller.state.kind_generation("Node") == generation
+    assert set(controller.nodes.keys()) == set() and controller.labeller.pending == set()

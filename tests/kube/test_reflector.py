@@ -88,3 +88,40 @@ async def test_a_relist_keeps_the_cached_copy_of_an_object_whose_version_did_not
     changed = state.get("Node", "n2")
     assert changed is not n2 and changed is not None and changed["metadata"]["labels"] == {"changed": "true"}
     assert transformed == ["n1", "n2", "n2"]
+
+
+async def test_an_event_that_changes_nothing_kept_is_neither_cached_nor_told() -> None:
+    """A node's heartbeat changes its status, which the transform drops: the cached object stays
+    (same object, same kind generation: derived caches and the allocator's copy stay valid) and
+    the handler is not told; a label change is cached and told."""
+    state = ClusterState()
+    labelled = {**node("n1"), "metadata": {"name": "n1", "labels": {"a": "1"}}}
+    kube = FakeKube([labelled])
+    events: list[tuple[str, str]] = []
+
+    def keep_labels(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {
+            "kind": obj["kind"],
+            "metadata": {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta},
+        }
+
+    def same_labels(cached: dict[str, Any], obj: dict[str, Any]) -> bool:
+        return bool(cached["metadata"].get("labels") == obj["metadata"].get("labels"))
+
+    reflector = Reflector(
+        kube, RESOURCES["Node"], state, transform=keep_labels, unchanged=same_labels,
+        on_event=lambda type_, obj: events.append((type_, obj["metadata"]["name"])),
+    )  # fmt: skip
+    task = asyncio.create_task(reflector.run())
+    await until(lambda: state.get("Node", "n1"))
+    cached, generation = state.get("Node", "n1"), state.kind_generation("Node")
+    kube.put({**labelled, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})  # a heartbeat
+    await until(lambda: reflector.skipped)
+    assert state.get("Node", "n1") is cached and state.kind_generation("Node") == generation and events == []
+    kube.put({**labelled, "metadata": {"name": "n1", "labels": {"a": "2"}}})
+    await until(lambda: events)
+    task.cancel()
+    assert events == [("MODIFIED", "n1")] and reflector.skipped == 1
+    changed = state.get("Node", "n1")
+    assert changed is not None and changed["metadata"]["labels"] == {"a": "2"}
