@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -62,7 +63,10 @@ class ServerOptions:
 def _json_bytes(body: Any, pretty: bool) -> bytes:
     if pretty:
         return (json.dumps(body, indent=2) + "\n").encode()
-    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+    try:
+        return orjson.dumps(body) + b"\n"  # every response: the fast encoder where it can
+    except TypeError:  # an integer beyond 64 bits, a key that is not a string: as json writes it
+        return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
 def _is_pretty(request: web.Request) -> bool:

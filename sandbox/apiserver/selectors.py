@@ -11,6 +11,7 @@ defaults it (WatchList: a plain watch gets ``sendInitialEvents=true``) and valid
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -114,14 +115,21 @@ def _max_len(n: int) -> str:
 
 def qualified_name_errors(value: str) -> list[str]:
     """validation.IsQualifiedName."""
+    return list(_qualified_name_errors(value))
+
+
+# Every write of an object validates its labels; a cluster's keys and values repeat on every node,
+# so each distinct string is checked once (the answers are pure).
+@functools.lru_cache(maxsize=65536)
+def _qualified_name_errors(value: str) -> tuple[str, ...]:
     errs: list[str] = []
     parts = value.split("/")
     if len(parts) > 2:
-        return [
+        return (
             "a qualified name "
             + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        )
     name = parts[-1]
     if len(parts) == 2:
         prefix = parts[0]
@@ -140,17 +148,22 @@ def qualified_name_errors(value: str) -> list[str]:
         errs.append("name part " + _max_len(63))
     if not re.fullmatch(_QNAME_FMT, name):
         errs.append("name part " + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
-    return errs
+    return tuple(errs)
 
 
 def label_value_errors(value: str) -> list[str]:
     """validation.IsValidLabelValue."""
+    return list(_label_value_errors(value))
+
+
+@functools.lru_cache(maxsize=65536)
+def _label_value_errors(value: str) -> tuple[str, ...]:
     errs: list[str] = []
     if len(value) > 63:
         errs.append(_max_len(63))
     if not re.fullmatch(_LABEL_VALUE_FMT, value):
         errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
+    return tuple(errs)
 
 
 def _aggregate(messages: list[str]) -> str:
