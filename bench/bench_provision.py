@@ -1,7 +1,8 @@
 """Claim templates on the real control plane: time from a pod's create to its
 ResourceClaim, for a burst of 200 pods of 200 new shapes across 10 namespaces (cold: every
-template is new, the controller creates it and touches the pod), then the same shapes again
-(warm: the templates exist; kube-controller-manager's resourceclaim controller alone). Target:
+template is new, the webhook gates the pod, the controller creates the template and ungates
+the pod), then the same shapes again (warm: the templates exist; kube-controller-manager's
+resourceclaim controller alone). Target:
 p99 <= 1 s; FailedResourceClaimCreation events counted per burst (none expected when warm).
 
 The pods go through the webhook (legacy nvidia.com/gpu requests) and the operator's controller,
