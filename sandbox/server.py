@@ -225,7 +225,10 @@ class SandboxThread:
             self.call(self.sandbox.stop(), timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
-        self.loop.close()
+        if (
+            not self._thread.is_alive()
+        ):  # a loop still running cannot be closed: the daemon thread ends with the process
+            self.loop.close()
 
     def __enter__(self) -> Sandbox:
         return self.start()

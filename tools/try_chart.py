@@ -6,9 +6,11 @@ tests check."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from tests.chart.helm import DOCS_PREINSTALLED
@@ -35,9 +37,14 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        cluster.close()
-        # It names a sandbox that no longer runs: leave nothing of it in the checkout.
-        Path(cluster.kubeconfig).unlink(missing_ok=True)
+        # A stop that hangs says where (every thread's stack) and ends the process, never waits forever.
+        faulthandler.dump_traceback_later(90, exit=True)
+        try:
+            cluster.close()
+        finally:
+            # It names a sandbox that no longer runs: leave nothing of it in the checkout.
+            Path(cluster.kubeconfig).unlink(missing_ok=True)
+        faulthandler.cancel_dump_traceback_later()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
+    try:
+        code = main()
+    except BaseException:  # a failed stop must still end the process (see below), saying why
+        traceback.print_exc()
+        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     # Not sys.exit: helm-python-sdk's Go runtime crashed with SIGSEGV in the interpreter's final
-    # garbage collection after Ctrl-C (3 of 3 runs under make). Everything is closed by now.
+    # garbage collection after Ctrl-C (3 of 3 runs under make). Everything is closed by now, and
+    # an interpreter shutdown would also wait for worker threads a slow stop left behind.
     os._exit(code)

@@ -93,11 +93,16 @@ class Cluster:
         self.helm = helm.Config(kubeconfig_path=self.kubeconfig, namespace=NAMESPACE)
 
     def close(self) -> None:
-        self.helm.close()
-        if self.thread is not None:
-            self.thread.stop()
-        if self.plane is not None:
-            self.plane.stop()
+        """Release Helm, then stop the sandbox or the control plane: each step even if one before it failed."""
+        try:
+            self.helm.close()
+        finally:
+            try:
+                if self.thread is not None:
+                    self.thread.stop()
+            finally:
+                if self.plane is not None:
+                    self.plane.stop()
 
     def forbidden(self, user_prefix: str) -> list[str]:
         """Requests of users named ``user_prefix...`` that the authorizer refused: the sandbox's
