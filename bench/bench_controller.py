@@ -301,14 +301,23 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
-def _memory_rows(rss: dict[int, float]) -> list[dict[str, Any]]:
-    """The fitted memory per 1,000 nodes and intercept, over the sizes of 1,000 nodes and more."""
-    points = [(nodes / 1000, mib) for nodes, mib in sorted(rss.items()) if nodes >= 1000]
+def _fitted(values: dict[int, float]) -> tuple[float, float, float, str] | None:
+    """(slope per 1,000 nodes, intercept, projection at 65,000 nodes, "fitted over ..." label) of
+    ``values`` by node count, over the sizes of 1,000 nodes and more (NaN left out); None below 2."""
+    points = [(nodes / 1000, v) for nodes, v in sorted(values.items()) if nodes >= 1000 and v == v]
     if len(points) < 2:
-        return []
+        return None
     slope, intercept = fit(points)
     over = f"fitted over {', '.join(f'{x * 1000:,.0f}' for x, _ in points)} nodes"
-    projected = intercept + slope * 65
+    return slope, intercept, intercept + slope * 65, over
+
+
+def _memory_rows(rss: dict[int, float]) -> list[dict[str, Any]]:
+    """The fitted memory per 1,000 nodes and intercept, over the sizes of 1,000 nodes and more."""
+    fitted = _fitted(rss)
+    if fitted is None:
+        return []
+    slope, intercept, projected, over = fitted
     return [
         {"name": f"controller RSS per 1,000 nodes x 8 GPUs ({over})", "value": slope, "unit": "MiB",
          "target": f"<= {CACHES[1]:g} MiB", "ok": slope <= CACHES[1]},
@@ -319,7 +328,7 @@ def _memory_rows(rss: dict[int, float]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-# Issue 30: ready at 65,000 nodes x 8 GPUs within 60 s, checked as the slope of the time to ready
+# Ready at 65,000 nodes x 8 GPUs within 60 s, checked as the slope of the time to ready
 # fitted over 1,000 to 20,000 nodes; a heartbeat costs the controller a decode and a comparison.
 READY_PER_1000 = 0.9  # s per 1,000 nodes x 8 GPUs
 READY_AT_65K = 60.0  # s
@@ -329,12 +338,10 @@ LEAVE_STATUS_WRITES = 2  # status writes to absorb 200 nodes leaving, at any siz
 
 def _ready_rows(ready: dict[int, float]) -> list[dict[str, Any]]:
     """The fitted time to ready per 1,000 nodes, the intercept, and the projection at 65,000."""
-    points = [(nodes / 1000, s) for nodes, s in sorted(ready.items()) if nodes >= 1000 and s == s]  # not NaN
-    if len(points) < 2:
+    fitted = _fitted(ready)
+    if fitted is None:
         return []
-    slope, intercept = fit(points)
-    over = f"fitted over {', '.join(f'{x * 1000:,.0f}' for x, _ in points)} nodes"
-    projected = intercept + slope * 65
+    slope, intercept, projected, over = fitted
     return [
         {"name": f"time to ready per 1,000 nodes x 8 GPUs ({over})", "value": slope, "unit": "s",
          "target": f"<= {READY_PER_1000:g} s", "ok": slope <= READY_PER_1000},

@@ -32,15 +32,19 @@ class Clock:
         return self.now
 
 
-async def test_inventory_changes_are_coalesced_but_state_changes_are_written_at_once() -> None:
+def reconciler(status: StatusWrites) -> tuple[FakeKube, Reconciler]:
+    """A reconciler whose cache and API server hold one GPUCluster, its status writes as ``status`` says."""
     cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
                "metadata": {"name": "gpu-cluster", "generation": 1, "uid": "u"}}  # fmt: skip
     kube = FakeKube([cluster])
     state = ClusterState()
     state.upsert("GPUCluster", kube.object(f"{GC_PATH}/gpu-cluster"))
+    return kube, Reconciler(Api(kube, now=lambda: "2026-01-01T00:00:00Z"), state, status=status)
+
+
+async def test_inventory_changes_are_coalesced_but_state_changes_are_written_at_once() -> None:
     clock = Clock()
-    api = Api(kube, now=lambda: "2026-01-01T00:00:00Z")
-    rec = Reconciler(api, state, status=StatusWrites(inventory_quiet=5.0, clock=clock))
+    kube, rec = reconciler(StatusWrites(inventory_quiet=5.0, clock=clock))
 
     async def report(state_: str, nodes: int) -> None:
         current = rec.state.get("GPUCluster", "gpu-cluster")
@@ -76,13 +80,8 @@ async def test_nodes_leaving_for_a_long_while_are_two_status_writes() -> None:
     """The first inventory change after a quiet while is written at once; the rest of a removal
     that goes on for 40 s (a large cluster's) is held back until the inventory settles: two writes,
     where writing at most every 5 s made nine. Steady churn still shows every 60 s."""
-    cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
-               "metadata": {"name": "gpu-cluster", "generation": 1, "uid": "u"}}  # fmt: skip
-    kube = FakeKube([cluster])
-    state = ClusterState()
-    state.upsert("GPUCluster", kube.object(f"{GC_PATH}/gpu-cluster"))
     clock = Clock()
-    rec = Reconciler(Api(kube, now=lambda: "2026-01-01T00:00:00Z"), state, status=StatusWrites(clock=clock))
+    kube, rec = reconciler(StatusWrites(clock=clock))
 
     async def report(nodes: int) -> None:
         current = rec.state.get("GPUCluster", "gpu-cluster")
