@@ -43,27 +43,6 @@ def diff(original: Any, modified: Any, path: str = "") -> list[dict[str, Any]]:
     return _changed(original, modified, path)
 
 
-def merge_ops(original: dict[str, Any], updates: dict[str, Any], path: str = "") -> list[dict[str, Any]]:
-    """:func:`diff` of ``original`` and ``{**original, **updates}``, found by looking at the keys of
-    ``updates`` only (a pod's metadata gains a label and annotations at every translated review:
-    walking and comparing all of it costs more than the rest of the patch).
-
-    The operations come in :func:`diff`'s order: changed keys in ``original``'s order, then added
-    keys in ``updates``' order.
-    """
-    present = [key for key in updates if key in original]
-    if len(present) > 1:
-        order = {key: index for index, key in enumerate(original)}
-        present.sort(key=order.__getitem__)
-    ops: list[dict[str, Any]] = []
-    for key in present:
-        ops += diff(original[key], updates[key], f"{path}/{_escape(key)}")
-    for key, value in updates.items():
-        if key not in original:
-            ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-    return ops
-
-
 def _changed(original: Any, modified: Any, path: str) -> list[dict[str, Any]]:
     """:func:`diff` of values known to differ (unequal, or equal of different types)."""
     if type(original) is dict and type(modified) is dict:

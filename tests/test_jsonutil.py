@@ -8,7 +8,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucluster.jsonutil import clone, diff, merge_ops
+from gpucluster.jsonutil import clone, diff
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["a", "b", "x/y", "t~1"]),
@@ -69,25 +69,3 @@ def test_shared_subtrees_diff_as_equal_copies(original: Any, steps: list[int], n
     modified = mutate(original, steps, new)
     assert diff(original, modified) == diff(clone(original), clone(modified))
     assert jsonpatch.apply_patch(original, diff(original, modified)) == modified
-
-
-# The keys merge_ops is tried with: plain, needing escapes, and the empty key.
-merge_keys = st.sampled_from(["a", "b", "c/d", "e~f", ""])
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.dictionaries(merge_keys, json_values, max_size=5), st.dictionaries(merge_keys, json_values, max_size=3))
-def test_merge_ops_are_the_diff_of_the_merge(original: dict[str, Any], updates: dict[str, Any]) -> None:
-    # The same operations, in the same order, as diffing the whole merged value.
-    merged = {**original, **updates}
-    assert merge_ops(original, updates, "/m") == diff(original, merged, "/m")
-    assert jsonpatch.apply_patch(original, merge_ops(original, updates)) == merged
-
-
-def test_merge_ops_report_changed_keys_in_the_originals_order() -> None:
-    original = {"z": 1, "a": 1, "m": 1}
-    assert merge_ops(original, {"a": 2, "z": 2, "n": 0}) == [
-        {"op": "replace", "path": "/z", "value": 2},
-        {"op": "replace", "path": "/a", "value": 2},
-        {"op": "add", "path": "/n", "value": 0},
-    ]

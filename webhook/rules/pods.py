@@ -37,7 +37,7 @@ from gpucluster.claimtemplates import (  # noqa: F401 (re-exported: the webhook'
     published,
 )
 from gpucluster.clusterstate import ClusterState, metadata
-from gpucluster.jsonutil import diff, merge_ops
+from gpucluster.jsonutil import diff
 from gpucluster.lru import LRU
 from gpucluster.policy import WEBHOOK_CONFIG, Settings, native_resources, opted_out
 from gpucluster.translate import (
@@ -350,44 +350,18 @@ def _mutate_pod(request: AdmissionRequest, cluster: ClusterState, settings: Sett
         # The controller creates what the view does not show; until it has (with the spec asked
         # for), the pod is not scheduled (see CLAIM_TEMPLATES_GATE).
         spec_ops = [*spec_ops, *gate_ops(pod["spec"])]
-    ops = (
-        _metadata_ops(pod, {TRANSLATED_LABEL: "true"}, {**translation.annotations, TEMPLATES_ANNOTATION: record})
-        + spec_ops
-    )
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    new_meta = {
+        **meta,
+        "labels": {**(labels or {}), TRANSLATED_LABEL: "true"},
+        "annotations": {**(annotations or {}), **translation.annotations, TEMPLATES_ANNOTATION: record},
+    }
+    # The metadata diffed as a member of the pod, so a pod without metadata gets it added whole;
+    # the members the translation leaves are the same objects on both sides, skipped at once.
+    ops = diff({"metadata": pod["metadata"]} if "metadata" in pod else {}, {"metadata": new_meta}) + spec_ops
     # creates: what the controller provisions once the pod exists (admit_request empties it for a
     # dryRun review: that pod never exists).
     return Verdict(patch=Patch(tuple(ops)), creates=templates, warnings=warnings, outcome="mutated")
-
-
-def _metadata_ops(pod: Mapping[str, Any], labels: dict[str, Any], annotations: dict[str, Any]) -> list[dict[str, Any]]:
-    """The operations adding ``labels`` and ``annotations`` to the pod's (well-formed) metadata:
-    those of ``diff(pod, pod with them)``, found without walking the rest of the metadata.
-
-    A pod without metadata gets it added whole; labels or annotations that are absent (or null)
-    are added (replaced) whole, and merged key by key into those that exist.
-    """
-    if "metadata" not in pod:
-        return [{"op": "add", "path": "/metadata", "value": {"labels": dict(labels), "annotations": dict(annotations)}}]
-    meta = pod["metadata"]
-    ops: list[dict[str, Any]] = []
-    added: dict[str, Any] = {}
-    # Members that exist come first, in the metadata's order, as diff reports them.
-    members = [("labels", labels), ("annotations", annotations)]
-    if "labels" in meta and "annotations" in meta and list(meta).index("annotations") < list(meta).index("labels"):
-        members.reverse()
-    for name, updates in members:
-        current = meta.get(name, _ABSENT)
-        if current is _ABSENT:
-            added[name] = dict(updates)
-        elif isinstance(current, dict):
-            ops += merge_ops(current, updates, f"/metadata/{name}")
-        else:  # null
-            ops.append({"op": "replace", "path": f"/metadata/{name}", "value": dict(updates)})
-    ops += ({"op": "add", "path": f"/metadata/{name}", "value": value} for name, value in added.items())
-    return ops
-
-
-_ABSENT = object()
 
 
 # ----------------------------------------------------------------------------- bounds and names
