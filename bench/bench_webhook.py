@@ -9,11 +9,12 @@ Three loads:
 
 * pods as ReplicaSets send them (20 workloads x 100 pods): after a workload's first pod, the
   answer is cached;
-* 5,000 shapes: pods of distinct specs (an env value and an image of their own, as the pods of
-  an indexed Job or a StatefulSet have, or of workloads rolled out build after build), cycled in
-  order. They differ in nothing the pod rule reads, so they share an answer (the answer cache is
-  keyed by the part of the spec a translation reads, gpucluster.translate.translated_part, and
-  the few fields the rule reads besides): every review is decoded and its key taken out;
+* 5,000 shapes: pods of distinct specs (an env value, an image, a hostname, an index label and
+  annotation of their own, as the pods of an indexed Job or a StatefulSet have, or of workloads
+  rolled out build after build), cycled in order. They differ in nothing the pod rule reads, so
+  they share an answer (the answer cache is keyed by the part of the spec a translation reads,
+  gpucluster.translate.translated_part, the labels and annotations the rule reads, and the few
+  fields it reads besides): every review is decoded and its key taken out;
 * 5,000 shapes, no answer shared: the same pods with a container name of their own, so that
   every review misses the answer cache (which holds fewer entries than this and is visited in a
   cycle) and is translated, diffed, assembled and encoded: a new shape each time.
@@ -103,7 +104,15 @@ def _distinct_bodies(*, named: bool = False) -> list[bytes]:
         worker = container(f"worker-{i}" if named else "worker", gpus)
         worker["env"] = [{"name": "JOB_COMPLETION_INDEX", "value": str(i)}]
         worker["image"] = f"registry.example.com/train/worker:build-{i}"
-        p = pod(worker, container("sidecar-log", cpu="100m"), name=f"train-{i:05d}")
+        # The labels, annotation and hostname of a StatefulSet's or an indexed Job's pod.
+        labels = {
+            "app": "train",
+            "apps.kubernetes.io/pod-index": str(i),
+            "statefulset.kubernetes.io/pod-name": f"train-{i}",
+        }
+        annotations = {"batch.kubernetes.io/job-completion-index": str(i)}
+        p = pod(worker, container("sidecar-log", cpu="100m"), name=f"train-{i}", labels=labels, annotations=annotations)
+        p["spec"]["hostname"] = f"train-{i}"
         bodies.append(json.dumps(review(p, namespace="ml")).encode())
     return bodies
 

@@ -30,9 +30,11 @@ class ReviewDecodeError(ValueError):
     """The body is not an AdmissionReview we can answer: HTTP 400."""
 
 
-@dataclass(frozen=True)
+# Not frozen, though nothing changes it: a frozen dataclass of these fields costs 1.5 us more to
+# make, on every review.
+@dataclass(slots=True)
 class AdmissionRequest:
-    """The fields of an AdmissionRequest the rules read."""
+    """The fields of an AdmissionRequest the rules read (read-only by convention)."""
 
     uid: str
     group: str
@@ -106,34 +108,48 @@ def decode_review(body: bytes | str) -> AdmissionRequest:
     uid = get("uid")
     if not isinstance(uid, str) or not uid:
         uid = _string(uid, "request.uid", required=True)
-    kind_ref = _object(get("kind"), "request.kind") or {}
+    kind_ref = get("kind")
+    if type(kind_ref) is not dict:
+        kind_ref = _object(kind_ref, "request.kind") or {}
     operation = get("operation")
     if operation not in _OPERATIONS:
         raise ReviewDecodeError(f"request.operation must be one of {', '.join(_OPERATIONS)}, got {operation!r}")
-    kind = _string(kind_ref.get("kind"), "request.kind.kind", required=True)
-    group = _string(kind_ref.get("group"), "request.kind.group")
-    version = _string(kind_ref.get("version"), "request.kind.version")
-    obj = _object(get("object"), "request.object")
-    old_obj = _object(get("oldObject"), "request.oldObject")
-    _check_kind(obj, "request.object", group, version, kind)
-    _check_kind(old_obj, "request.oldObject", group, version, kind)
+    kind, group, version = kind_ref.get("kind"), kind_ref.get("group"), kind_ref.get("version")
+    # The usual review in one test; a field of another type gets its error below.
+    if not (type(kind) is str and kind and type(group) is str and type(version) is str):
+        kind = _string(kind, "request.kind.kind", required=True)
+        group = _string(group, "request.kind.group")
+        version = _string(version, "request.kind.version")
+    obj, old_obj = get("object"), get("oldObject")
+    if obj is not None:
+        if type(obj) is not dict:
+            raise ReviewDecodeError("request.object must be an object")
+        _check_kind(obj, "request.object", group, version, kind)
+    if old_obj is not None:
+        if type(old_obj) is not dict:
+            raise ReviewDecodeError("request.oldObject must be an object")
+        _check_kind(old_obj, "request.oldObject", group, version, kind)
     dry_run = get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise ReviewDecodeError("request.dryRun must be a boolean")
+    resource, user_info = get("resource"), get("userInfo")
+    resource = resource.get("resource") if type(resource) is dict else _object(resource, "request.resource")
+    user = user_info.get("username") if type(user_info) is dict else _object(user_info, "request.userInfo")
+    sub_resource, name, namespace = get("subResource"), get("name"), get("namespace")
     return AdmissionRequest(
         uid,
         group,
         version,
         kind,
-        _string((_object(get("resource"), "request.resource") or {}).get("resource"), "request.resource.resource"),
-        _string(get("subResource"), "request.subResource"),
+        resource if type(resource) is str else _string(resource, "request.resource.resource"),
+        sub_resource if type(sub_resource) is str else _string(sub_resource, "request.subResource"),
         operation,
-        _string(get("name"), "request.name"),
-        _string(get("namespace"), "request.namespace"),
+        name if type(name) is str else _string(name, "request.name"),
+        namespace if type(namespace) is str else _string(namespace, "request.namespace"),
         obj,
         old_obj,
         dry_run,
-        _string((_object(get("userInfo"), "request.userInfo") or {}).get("username"), "request.userInfo.username"),
+        user if type(user) is str else _string(user, "request.userInfo.username"),
         str(api_version),
         request,
     )

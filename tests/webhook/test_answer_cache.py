@@ -72,9 +72,18 @@ def test_a_change_of_the_cluster_view_is_seen_by_the_next_review() -> None:
 
 
 def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
-    """``obj`` as pod ``i`` of its workload: every container's env, args and image its own."""
+    """``obj`` as pod ``i`` of its workload: every container's env, args and image its own, and
+    the labels, annotations and hostname a StatefulSet's or an indexed Job's pod has of its own."""
     out = json.loads(json.dumps(obj))
-    out["metadata"]["name"] = f"job-{i}"
+    meta = out["metadata"]
+    meta["name"] = f"job-{i}"
+    meta["labels"] = {
+        **meta.get("labels", {}),
+        "apps.kubernetes.io/pod-index": str(i),
+        "batch.kubernetes.io/job-completion-index": str(i),
+    }
+    meta["annotations"] = {**meta.get("annotations", {}), "batch.kubernetes.io/job-completion-index": str(i)}
+    out["spec"]["hostname"] = f"job-{i}"
     for c in [*out["spec"].get("initContainers", []), *out["spec"]["containers"]]:
         c["env"] = [{"name": "JOB_COMPLETION_INDEX", "value": str(i)}]
         c["args"] = [f"--rank={i}"]
@@ -131,7 +140,7 @@ def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
         assert outcome(out) == outcome(answer(mine, view()))
 
 
-def test_pods_that_differ_only_in_env_args_and_images_share_one_answer() -> None:
+def test_pods_that_differ_only_in_env_args_images_and_their_index_share_one_answer() -> None:
     # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, encoded once.
     state = ClusterState.from_objects([NAMESPACE])
     first = answer(own(replica(0), 0), state)
@@ -154,3 +163,69 @@ def test_node_name_and_scheduling_gates_are_part_of_the_answer() -> None:
         {"name": "example.com/quota"},
         {"name": "gpucluster.nvidia.com/claim-templates"},
     ]
+
+
+# The labels and annotations the rule reads or writes, with values that change its answer, and
+# others that do not.
+READ_LABELS = ("gpucluster.nvidia.com/translate", "gpucluster.nvidia.com/translated")
+READ_ANNOTATIONS = (
+    "gpucluster.nvidia.com/translate",
+    "kubernetes.io/config.mirror",
+    "gpucluster.nvidia.com/translated-from",
+    "gpucluster.nvidia.com/claim-templates",
+)
+VALUES = st.sampled_from(["false", "False", "true", "", "{}", '{"containers": {}}', "x"])
+
+
+def members(read: tuple[str, ...]) -> st.SearchStrategy[Any]:
+    """A labels or annotations member: absent, null, or a map of read keys and others."""
+    mapping = st.dictionaries(st.sampled_from([*read, "app", "apps.kubernetes.io/pod-index"]), VALUES, max_size=4)
+    return st.one_of(st.just(None), st.just("absent"), mapping)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(members(READ_LABELS), members(READ_ANNOTATIONS)), min_size=2, max_size=5))
+def test_an_answer_is_shared_only_with_pods_whose_read_labels_and_annotations_match(
+    metas: list[tuple[Any, Any]],
+) -> None:
+    # Pods answered one after the other on one view, each as a fresh view answers it alone.
+    state = ClusterState.from_objects([NAMESPACE])
+    for i, (labels, annotations) in enumerate(metas):
+        mine = replica(i)
+        for member, value in (("labels", labels), ("annotations", annotations)):
+            mine["metadata"].pop(member, None)
+            if value != "absent":
+                mine["metadata"][member] = value
+        assert outcome(answer(mine, state)) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(members(READ_LABELS), members(READ_ANNOTATIONS), st.data())
+def test_a_pod_differing_in_one_read_label_or_annotation_gets_its_own_answer(
+    labels: Any, annotations: Any, data: st.DataObject
+) -> None:
+    # The first pod's answer is cached; the second differs from it in one key the rule reads
+    # (set, changed or removed), or in a whole member (absent, null, a map).
+    member = data.draw(st.sampled_from(["labels", "annotations"]))
+    read = READ_LABELS if member == "labels" else READ_ANNOTATIONS
+    first = {"labels": labels, "annotations": annotations}
+    second = dict(first)
+    if isinstance(first[member], dict) and data.draw(st.booleans()):
+        changed = dict(first[member])
+        key = data.draw(st.sampled_from(read))
+        value = data.draw(st.one_of(st.none(), VALUES))
+        if value is None:
+            changed.pop(key, None)
+        else:
+            changed[key] = value
+        second[member] = changed
+    else:
+        second[member] = data.draw(st.sampled_from([None, "absent", {}]))
+    state = ClusterState.from_objects([NAMESPACE])
+    for i, metas in enumerate((first, second)):
+        mine = replica(i)
+        for name, value in metas.items():
+            mine["metadata"].pop(name, None)
+            if value != "absent":
+                mine["metadata"][name] = value
+        assert outcome(answer(mine, state)) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))

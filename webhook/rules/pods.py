@@ -39,7 +39,7 @@ from gpucluster.claimtemplates import (  # noqa: F401 (re-exported: the webhook'
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.jsonutil import diff
 from gpucluster.lru import LRU
-from gpucluster.policy import WEBHOOK_CONFIG, Settings, native_resources, opted_out
+from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG, Settings, native_resources, opted_out
 from gpucluster.translate import (
     MAX_TEMPLATES_ANNOTATION_BYTES,
     TEMPLATES_ANNOTATION,
@@ -55,6 +55,11 @@ from gpucluster.webhook.review import AdmissionRequest, Patch, Verdict, short_wa
 
 # The kubelet marks the mirror pods of static pods with this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+# The labels and annotations this rule reads (opt-outs, the mirror annotation, the translated-from
+# marker) or its patch writes: a pod's answer depends on these of them alone.
+LABELS_READ = (TRANSLATE_LABEL, TRANSLATED_LABEL)
+ANNOTATIONS_READ = (TRANSLATE_LABEL, MIRROR_ANNOTATION, WEBHOOK_CONFIG.annotation, TEMPLATES_ANNOTATION)
 
 # The webhook is only called for pods that ask for a GPU-looking resource (see configurations).
 MATCH_CONDITION = (
@@ -224,12 +229,24 @@ def mirror_pod(request: AdmissionRequest, pod: Mapping[str, Any]) -> bool:
 def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Verdict]:
     """Whole answers of the pod rule, kept on the cluster view until it changes.
 
-    The pods of a workload share one spec, labels and annotations and differ in their name (and
-    the review in its uid), which the patch never touches: the patch is a diff of the spec, the
-    labels and the annotations only. So all of a ReplicaSet's reviews after the first cost a dict
-    lookup. Any change of any watched kind bumps the view's generation, which drops them.
+    The pods of a workload differ in their name, env, args, images, hostname and index labels (and
+    the review in its uid), none of which the rule reads or the patch touches: the patch is a
+    diff of the translated part of the spec and of the label and annotation keys the rule writes.
+    So all of a workload's reviews after the first cost a decode and a dict lookup. Any change of
+    any watched kind bumps the view's generation, which drops them.
     """
     return cluster.derived("pod-rule-answers", lambda _: LRU(2048))
+
+
+def _present(mapping: Mapping[str, Any], member: str, read: tuple[str, ...] = ()) -> list[Any]:
+    """``mapping[member]`` in an answer's key: [] when absent (the rule may tell absent from null),
+    else [it], of a map only its ``read`` keys when ``read`` names them."""
+    if member not in mapping:
+        return []
+    value = mapping[member]
+    if read and type(value) is dict:
+        return [{k: value[k] for k in read if k in value}]
+    return [value]
 
 
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
@@ -241,22 +258,27 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     spec = pod.get("spec")
     if not isinstance(meta, dict) or not isinstance(spec, dict):
         return Verdict.allow(outcome="skipped")
-    labels, annotations = meta.get("labels"), meta.get("annotations")
     # Everything the answer depends on but the cluster view: of the spec, the part a translation
     # reads (translated_part: the pods of a Job, a StatefulSet or a rollout that differ in env,
     # args or images share it, and so their answer) and the two fields the rule reads besides
-    # (nodeName, schedulingGates); labels and annotations (opt-outs, the mirror annotation, the
-    # translated-from marker; the patch adds to them), the namespace, whether the pod has metadata
-    # at all, and whether a node sends it. The patch never names anything else of the pod.
+    # (nodeName, schedulingGates); of the labels and annotations, whether they are there and the
+    # keys the rule reads or its patch writes (a StatefulSet's pod-index label or an indexed Job's
+    # completion-index annotation does not split the answer); the namespace, whether the pod has
+    # metadata at all, and whether a node sends it. The patch never names anything else of the pod.
     try:
         key = (
-            orjson.dumps(translated_part(spec)),
-            orjson.dumps([spec.get("nodeName"), spec.get("schedulingGates")]),
-            orjson.dumps(labels) if labels is not None else None,
-            orjson.dumps(annotations) if annotations is not None else None,
-            request.namespace or meta.get("namespace"),
-            "metadata" in pod,
-            request.user.startswith("system:node:"),
+            orjson.dumps(
+                (
+                    translated_part(spec),
+                    _present(spec, "nodeName"),
+                    _present(spec, "schedulingGates"),
+                    _present(meta, "labels", LABELS_READ),
+                    _present(meta, "annotations", ANNOTATIONS_READ),
+                    request.namespace or meta.get("namespace"),
+                    "metadata" in pod,
+                    request.user.startswith("system:node:"),
+                )
+            ),
             settings,
         )
     except TypeError:  # orjson refuses it (a huge integer, say): no caching, same answer
