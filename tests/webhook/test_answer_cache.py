@@ -190,9 +190,9 @@ def test_an_answer_is_shared_only_with_pods_whose_read_labels_and_annotations_ma
 ) -> None:
     # Pods answered one after the other on one view, each as a fresh view answers it alone.
     state = ClusterState.from_objects([NAMESPACE])
-    for i, (labels, annotations) in enumerate(metas):
+    for i, (labels, notes) in enumerate(metas):
         mine = replica(i)
-        for member, value in (("labels", labels), ("annotations", annotations)):
+        for member, value in (("labels", labels), ("annotations", notes)):
             mine["metadata"].pop(member, None)
             if value != "absent":
                 mine["metadata"][member] = value
