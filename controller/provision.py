@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpucluster import timestamps
@@ -40,11 +41,13 @@ from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.kube.paths import collection_path, object_path
 from gpucluster.kube.reflector import Reflector, Resource
+from gpucluster.policy import WEBHOOK_CONFIG
 from gpucluster.translate import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PROVISIONED_LABEL,
     RESOURCE_API_VERSION,
+    TEMPLATES_ANNOTATION,
     TRANSLATED_LABEL,
     template_name_candidates,
     template_name_matches,
@@ -121,6 +124,37 @@ def _referenced_names(pod: Mapping[str, Any]) -> list[str]:
         if isinstance(name, str) and name not in names:
             names.append(name)
     return names
+
+
+def translation_inputs(pod: Mapping[str, Any]) -> bytes | None:
+    """All that :func:`wanted_templates` reads of ``pod``, as one key: the record of its original
+    requests and the templates annotation, its containers' names (and whether an init container
+    is a sidecar) and the templates it refers to. Pods equal in these get one answer, in any
+    namespace (the names and specs do not depend on it); what a pod's life changes (status,
+    gates, node, labels, images) is not among them. None when the pod holds something JSON cannot
+    key (no API server returns such a pod)."""
+    meta = metadata(pod)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    containers: list[Any] = []
+    for key in ("initContainers", "containers"):
+        listed = (spec or {}).get(key) or []
+        if not isinstance(listed, list):
+            return None
+        for c in listed:
+            if isinstance(c, Mapping):
+                containers.append((key, c.get("name"), c.get("restartPolicy") if key == "initContainers" else None))
+    try:
+        return orjson.dumps(
+            (
+                (annotations or {}).get(WEBHOOK_CONFIG.annotation),
+                (annotations or {}).get(TEMPLATES_ANNOTATION),
+                containers,
+                _referenced_names(pod),
+            )
+        )
+    except TypeError:
+        return None
 
 
 def wanted_templates(pod: Mapping[str, Any], cluster: ClusterState | None = None) -> tuple[dict[str, Want], list[str]]:
@@ -461,8 +495,10 @@ class Provisioner:
         self._workers: set[asyncio.Task[None]] = set()
         self._missing: dict[str, set[Key]] = {}  # pod uid -> its templates missing at the last pass
         self._touched: set[str] = set()  # pod uids touched once their templates existed
+        self._ungating: set[str] = set()  # pod uids whose ungate is on its way (a worker's and a pass's)
         self._template_answers: dict[tuple[str, str, str], bool] = {}  # (uid, resourceVersion, question)
-        self._wants: dict[str, tuple[tuple[Any, int], tuple[dict[str, Want], list[str]]]] = {}  # memo, by pod uid
+        self._inputs: dict[str, tuple[Any, bytes | None]] = {}  # pod uid -> (resourceVersion, translation_inputs)
+        self._wants: dict[bytes, tuple[int, tuple[dict[str, Want], list[str]]]] = {}  # memo, by inputs
         self.passes = 0
 
     def _on_event(self, kind: str, obj: KubeObject) -> None:
@@ -536,16 +572,25 @@ class Provisioner:
             await asyncio.gather(*tasks, *self._workers, return_exceptions=True)
 
     def _wanted(self, pod: KubeObject, cluster: ClusterState) -> tuple[dict[str, Want], list[str]]:
-        """:func:`wanted_templates`, translated again only when the pod or the published MIG profiles change
-        (a pass over a 200-pod burst would otherwise translate every pod on every event)."""
+        """:func:`wanted_templates`, translated again only when what it reads of the pod
+        (:func:`translation_inputs`) or the published MIG profiles change. A burst's pod changes
+        four or five times (created, ungated, its claim, scheduled, started) and its replicas share
+        one shape: translating on every event was most of a pass's time."""
         meta = metadata(pod)
-        stamp = (meta.get("resourceVersion"), cluster.kind_generation("ResourceSlice"))
-        uid = str(meta.get("uid"))
-        found = self._wants.get(uid)
-        if found is not None and found[0] == stamp and stamp[0] is not None:
+        uid, version = str(meta.get("uid")), meta.get("resourceVersion")
+        known = self._inputs.get(uid)
+        if known is not None and known[0] == version and version is not None:
+            inputs = known[1]
+        else:
+            inputs = translation_inputs(pod)
+            self._inputs[uid] = (version, inputs)
+        generation = cluster.kind_generation("ResourceSlice")
+        found = self._wants.get(inputs) if inputs is not None else None
+        if found is not None and found[0] == generation:
             return found[1]
         result = wanted_templates(pod, cluster)
-        self._wants[uid] = (stamp, result)
+        if inputs is not None:
+            self._wants[inputs] = (generation, result)
         return result
 
     def _ours(self, namespace: str, name: str) -> KubeObject | None:
@@ -578,8 +623,11 @@ class Provisioner:
             del self._reported[uid]
         self._touched &= live_uids
         await self._each(self._ungate, result.ungate)
-        for uid in set(self._wants) - live_uids:
-            del self._wants[uid]
+        for uid in set(self._inputs) - live_uids:
+            del self._inputs[uid]
+        live_inputs = {inputs for _, inputs in self._inputs.values()}
+        for inputs in set(self._wants) - live_inputs:
+            del self._wants[inputs]
 
     async def _create_all(self, result: Plan, *, wait: bool = True) -> None:
         """Queue the missing templates that are due and keep up to ``concurrency`` workers creating
@@ -656,8 +704,16 @@ class Provisioner:
         """Remove :data:`CLAIM_TEMPLATES_GATE`: every template the pod names exists with its spec."""
         ops = ungate_ops(pod)
         uid = str(metadata(pod).get("uid"))
-        if not ops or uid in self._touched:
+        if not ops or uid in self._touched or uid in self._ungating:
             return
+        self._ungating.add(uid)
+        try:
+            if await self._send_ungate(pod, ops):
+                self._touched.add(uid)
+        finally:
+            self._ungating.discard(uid)
+
+    async def _send_ungate(self, pod: KubeObject, ops: list[dict[str, Any]]) -> bool:
         meta = metadata(pod)
         path = object_path({"apiVersion": "v1", "kind": "Pod", **pod})
         try:
@@ -669,14 +725,14 @@ class Provisioner:
                 meta.get("name"),
                 exc.status,
             )
-            return
+            return False
         except (OSError, TimeoutError) as exc:
             log.info("could not ungate pod namespace=%s name=%s error=%s", meta.get("namespace"), meta.get("name"), exc)
             self.dirty.set()
-            return
-        self._touched.add(uid)
+            return False
         self.metrics.ungated.inc()
         log.info("ungated pod namespace=%s name=%s", meta.get("namespace"), meta.get("name"))
+        return True
 
     async def _touch(self, pod: KubeObject) -> None:
         """A metadata-only update of ``pod``: the resourceclaim controller syncs it at once."""
