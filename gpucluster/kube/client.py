@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import orjson
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
@@ -94,6 +95,21 @@ def _proxy_once(configuration: Any) -> None:
 # Far above any object the API server stores (etcd's limit is 1.5 MiB): a stream that never ends
 # an event is not a watch, and must not hold the process's memory.
 MAX_WATCH_EVENT_BYTES = 64 * 1024 * 1024
+
+
+async def _pause_reading(response: aiohttp.ClientResponse, seconds: float) -> None:
+    """Leave ``response``'s connection unread for ``seconds`` (what arrives waits in the kernel)."""
+    connection = response.connection
+    transport = connection.transport if connection is not None else None
+    if transport is None or transport.is_closing():
+        return
+    transport.pause_reading()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()
+
 
 # client-go's rest.Config defaults (DefaultQPS, DefaultBurst), taken when a limit is asked for with 0.
 DEFAULT_QPS = 5.0
@@ -219,8 +235,15 @@ class Kube:
     async def get(self, path: str, query: Query = ()) -> KubeObject:
         return await self.request("GET", path, query=query)
 
-    async def watch(self, path: str, query: Query, *, timeout: float | None = None) -> AsyncIterator[KubeObject]:
-        """Yield watch events ``{"type", "object"}`` until the server ends the stream."""
+    async def watch(
+        self, path: str, query: Query, *, timeout: float | None = None, batch: float = 0.0
+    ) -> AsyncIterator[KubeObject]:
+        """Yield watch events ``{"type", "object"}`` until the server ends the stream.
+
+        ``batch``: after the events that had arrived, stop reading the connection for that many
+        seconds, so that the next read takes all that came meanwhile (the kernel holds them). A
+        wake-up per event costs more than its decoding: for node heartbeats, thousands a second
+        on a large cluster, 20 ms late is worth about a third of the controller's CPU."""
         resp = await self._send("GET", path, query=[*query, ("watch", "true")], timeout=timeout)
         if not 200 <= resp.status < 300:
             raw = await resp.read()
@@ -252,6 +275,8 @@ class Kube:
                 for line in data[:end].split(b"\n"):
                     if line and not line.isspace():
                         yield orjson.loads(line)
+                if batch > 0:
+                    await _pause_reading(resp.response, batch)
             # An event cut off by the end of the stream is left: the next watch, from the last
             # version seen, sends it again (as client-go's decoder ends a watch on a short read).
         finally:

@@ -233,7 +233,9 @@ class FakeKube(Kube):
             raise KubeError(err.code, err.status(), method, path) from None
         return copy.deepcopy(dict(answer))
 
-    async def watch(self, path: str, query: Query, *, timeout: float | None = None) -> AsyncIterator[KubeObject]:
+    async def watch(
+        self, path: str, query: Query, *, timeout: float | None = None, batch: float = 0.0
+    ) -> AsyncIterator[KubeObject]:
         call = Call("WATCH", path, tuple(query))
         self.calls.append(call)
         await self._run_hooks(call)

@@ -61,3 +61,35 @@ async def test_an_event_beyond_the_bound_ends_the_watch_with_a_clear_error(sandb
                     pass
     finally:
         await kube.close()
+
+
+async def test_a_batched_watch_takes_what_arrived_while_it_paused_in_one_read(sandbox: Sandbox) -> None:
+    kube = await Kube.connect(str(sandbox.kubeconfig_path))
+    try:
+        listed = await kube.get(CONFIGMAPS)
+        arrived: dict[str, float] = {}
+        first = asyncio.Event()
+
+        async def watch() -> None:
+            query = [("resourceVersion", listed["metadata"]["resourceVersion"])]
+            async for event in kube.watch(CONFIGMAPS, query, timeout=30, batch=0.5):
+                arrived[event["object"]["metadata"]["name"]] = asyncio.get_running_loop().time()
+                first.set()
+                if len(arrived) == 6:
+                    return
+
+        watcher = asyncio.create_task(watch())
+        await kube.request("POST", CONFIGMAPS, body=configmap("first", 10))
+        async with asyncio.timeout(10):
+            await first.wait()
+        started = asyncio.get_running_loop().time()
+        for i in range(5):  # while the watch does not read
+            await kube.request("POST", CONFIGMAPS, body=configmap(f"then-{i}", 10))
+        async with asyncio.timeout(10):
+            await watcher
+        later = [arrived[f"then-{i}"] for i in range(5)]
+        assert asyncio.get_running_loop().time() - started < 5
+        assert min(later) - arrived["first"] >= 0.45  # not read before the pause ended
+        assert max(later) - min(later) < 0.05  # all five in the read after it
+    finally:
+        await kube.close()
