@@ -143,7 +143,8 @@ def translation_inputs(pod: Mapping[str, Any]) -> bytes | None:
             return None
         for c in listed:
             if isinstance(c, Mapping):
-                containers.append((key, c.get("name"), c.get("restartPolicy") if key == "initContainers" else None))
+                name = str(c.get("name", ""))  # as original_pod_spec reads it
+                containers.append((key, name, c.get("restartPolicy") if key == "initContainers" else None))
     try:
         return orjson.dumps(
             (
@@ -718,13 +719,17 @@ class Provisioner:
         path = object_path({"apiVersion": "v1", "kind": "Pod", **pod})
         try:
             await self.kube.request("PATCH", path, body=ops, content_type="application/json-patch+json")
-        except KubeError as exc:  # gone, or its gates changed since it was cached: its next event decides
+        except KubeError as exc:  # gone, or its gates changed since it was read
             log.info(
                 "could not ungate pod namespace=%s name=%s status=%s",
                 meta.get("namespace"),
                 meta.get("name"),
                 exc.status,
             )
+            if exc.status in (409, 422):
+                # Its gates changed: the event that says so may have come while this request was
+                # on its way (and the pass it woke was turned away): pass again on the cache.
+                self.dirty.set()
             return False
         except (OSError, TimeoutError) as exc:
             log.info("could not ungate pod namespace=%s name=%s error=%s", meta.get("namespace"), meta.get("name"), exc)

@@ -98,7 +98,7 @@ MAX_WATCH_EVENT_BYTES = 64 * 1024 * 1024
 
 
 async def _pause_reading(response: aiohttp.ClientResponse, seconds: float) -> None:
-    """Leave ``response``'s connection unread for ``seconds`` (what arrives waits in the kernel)."""
+    """Leave ``response``'s connection unread for ``seconds`` (what arrives waits in the socket's and the TLS layer's buffers)."""
     connection = response.connection
     transport = connection.transport if connection is not None else None
     if transport is None or transport.is_closing():
@@ -241,7 +241,8 @@ class Kube:
         """Yield watch events ``{"type", "object"}`` until the server ends the stream.
 
         ``batch``: after the events that had arrived, stop reading the connection for that many
-        seconds, so that the next read takes all that came meanwhile (the kernel holds them). A
+        seconds, so that the next read takes all that came meanwhile (the socket's and the TLS
+        layer's buffers hold them). A
         wake-up per event costs more than its decoding: for node heartbeats, thousands a second
         on a large cluster, 20 ms late is worth about a third of the controller's CPU."""
         resp = await self._send("GET", path, query=[*query, ("watch", "true")], timeout=timeout)
@@ -258,6 +259,7 @@ class Kube:
         # orjson: a third of json's time, and a heartbeat is mostly its decoding. The API
         # server's numbers are int64 or float64 (Go), which it reads exactly.
         start: list[bytes] = []  # the start of an event whose end has not arrived
+        started = 0  # its bytes
         try:
             while True:
                 chunk = await content.readany()
@@ -266,12 +268,14 @@ class Kube:
                 end = chunk.rfind(b"\n")
                 if end < 0:
                     start.append(chunk)
-                    if sum(map(len, start)) > MAX_WATCH_EVENT_BYTES:
+                    started += len(chunk)
+                    if started > MAX_WATCH_EVENT_BYTES:
                         raise ValueError(f"watch {path}: an event of more than {MAX_WATCH_EVENT_BYTES} bytes")
                     continue
                 data = b"".join((*start, chunk)) if start else chunk
                 end += len(data) - len(chunk)
                 start = [data[end + 1 :]] if end + 1 < len(data) else []
+                started = len(data) - end - 1
                 for line in data[:end].split(b"\n"):
                     if line and not line.isspace():
                         yield orjson.loads(line)

@@ -489,6 +489,24 @@ async def test_a_pod_is_ungated_by_one_request_while_passes_overlap() -> None:
     assert kube.paths("PATCH").count(second) == 1
 
 
+async def test_an_ungate_refused_because_the_gates_changed_asks_for_another_pass() -> None:
+    # The event that changed the gates may have come while the PATCH was on its way, and woken a
+    # pass that found the ungate already under way: without another pass the pod would wait for
+    # the timer.
+    kube = api()
+    p, _ = provisioner(kube, [one_gpu("first")], [0.0])
+    await p.reconcile()
+    p.state.upsert("Pod", kube.put(gated(one_gpu("second"))))
+    kube.fail("PATCH", "/api/v1/namespaces/ml/pods/second", 422, times=1)
+    p.dirty.clear()
+    await p.reconcile()
+    assert p.dirty.is_set()
+    assert gates(kube, "second") == [CLAIM_TEMPLATES_GATE]  # still gated: the next pass ungates it
+    p.dirty.clear()
+    await p.reconcile()
+    assert gates(kube, "second") == [] and not p.dirty.is_set()
+
+
 async def test_a_gated_pod_whose_template_exists_is_ungated_without_a_create() -> None:
     kube = api()
     p, _ = provisioner(kube, [one_gpu("first")], [0.0])

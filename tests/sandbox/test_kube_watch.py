@@ -63,7 +63,24 @@ async def test_an_event_beyond_the_bound_ends_the_watch_with_a_clear_error(sandb
         await kube.close()
 
 
-async def test_a_batched_watch_takes_what_arrived_while_it_paused_in_one_read(sandbox: Sandbox) -> None:
+async def test_a_batched_watch_takes_what_arrived_while_it_paused_in_one_read(
+    sandbox: Sandbox, monkeypatch: Any
+) -> None:
+    import gpucluster.kube.client as client
+
+    # The connection itself is left unread during the pause (not only the events left unparsed).
+    reading: list[bool] = []
+    pause = client._pause_reading
+
+    async def watched_pause(response: Any, seconds: float) -> None:
+        transport = response.connection.transport
+        paused = asyncio.create_task(pause(response, seconds))
+        await asyncio.sleep(seconds / 2)
+        reading.append(transport.is_reading())
+        await paused
+        reading.append(transport.is_reading() or transport.is_closing())
+
+    monkeypatch.setattr(client, "_pause_reading", watched_pause)
     kube = await Kube.connect(str(sandbox.kubeconfig_path))
     try:
         listed = await kube.get(CONFIGMAPS)
@@ -91,5 +108,6 @@ async def test_a_batched_watch_takes_what_arrived_while_it_paused_in_one_read(sa
         assert asyncio.get_running_loop().time() - started < 5
         assert min(later) - arrived["first"] >= 0.45  # not read before the pause ended
         assert max(later) - min(later) < 0.05  # all five in the read after it
+        assert reading[:2] == [False, True]  # not reading during the first pause, reading after it
     finally:
         await kube.close()
