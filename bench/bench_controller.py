@@ -66,15 +66,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+RECONCILES = 'gpucluster_controller_reconciles_total{reconciler="gpucluster"'  # any result
+
+
 def _counters(port: int) -> dict[str, float]:
-    """The controller's write counters from its /metrics."""
+    """The controller's write counters from its /metrics, and its GPUCluster reconciles (``RECONCILES``)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    out: dict[str, float] = {}
+    out: dict[str, float] = {RECONCILES: 0.0}
     for line in text.splitlines():
         for name in ("gpucluster_controller_api_writes_total", "gpucluster_controller_status_writes_total"):
             if line.startswith(name + " "):
                 out[name] = float(line.split()[1])
+        if line.startswith(RECONCILES):
+            out[RECONCILES] += float(line.rsplit(" ", 1)[1])
     return out
 
 
@@ -200,17 +205,6 @@ def _cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def _reconciles(port: int) -> float:
-    """How many GPUCluster reconciles the controller has run (its /metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith('gpucluster_controller_reconciles_total{reconciler="gpucluster"')
-    )
-
-
 async def _heartbeats(kube: Kube, port: int, pid: int, names: list[str]) -> dict[str, float]:
     """Update each node's status (a kubelet heartbeat: a Ready condition's lastHeartbeatTime) and
     measure the controller's CPU time and writes for those watch events (they should cost a label
@@ -237,11 +231,11 @@ async def _heartbeats(kube: Kube, port: int, pid: int, names: list[str]) -> dict
                 await kube.request("PATCH", f"/api/v1/nodes/{name}/status", body=body,
                                    content_type="application/strategic-merge-patch+json")  # fmt: skip
 
-        reconciles, cpu = _reconciles(port), _cpu_s(pid)
+        reconciles, cpu = _counters(port)[RECONCILES], _cpu_s(pid)
         await asyncio.gather(*(beat(name) for name in names))
         await asyncio.sleep(2.0)  # the watch events delivered and handled
         spent = _cpu_s(pid) - cpu
-        if _reconciles(port) == reconciles:
+        if _counters(port)[RECONCILES] == reconciles:
             clean.append(spent / len(names) * 1e6)
     after = _counters(port)
     writes = "gpucluster_controller_api_writes_total"

@@ -35,7 +35,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpucluster import timestamps
-from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE, expected_templates, gated, ungate_ops
+from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE, container_shapes, expected_templates, gated, ungate_ops
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
@@ -136,21 +136,14 @@ def translation_inputs(pod: Mapping[str, Any]) -> bytes | None:
     meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    containers: list[Any] = []
-    for key in ("initContainers", "containers"):
-        listed = (spec or {}).get(key) or []
-        if not isinstance(listed, list):
-            return None
-        for c in listed:
-            if isinstance(c, Mapping):
-                name = str(c.get("name", ""))  # as original_pod_spec reads it
-                containers.append((key, name, c.get("restartPolicy") if key == "initContainers" else None))
+    if any(not isinstance((spec or {}).get(key) or [], list) for key in ("initContainers", "containers")):
+        return None
     try:
         return orjson.dumps(
             (
                 (annotations or {}).get(WEBHOOK_CONFIG.annotation),
                 (annotations or {}).get(TEMPLATES_ANNOTATION),
-                containers,
+                container_shapes(spec or {}),
                 _referenced_names(pod),
             )
         )

@@ -139,6 +139,18 @@ def _record(raw: Any) -> tuple[dict[str, dict[str, str]] | None, str | None]:
     return containers, None
 
 
+def container_shapes(pod_spec: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """What :func:`original_pod_spec` reads of a translated pod's containers, in order: ``(list,
+    name, restartPolicy)`` of each that is a map (the restartPolicy of an init container only,
+    else None)."""
+    out = []
+    for key in ("initContainers", "containers"):
+        for c in pod_spec.get(key) or []:
+            if isinstance(c, Mapping):
+                out.append((key, str(c.get("name", "")), c.get("restartPolicy") if key == "initContainers" else None))
+    return out
+
+
 def original_pod_spec(
     pod_spec: Mapping[str, Any], record: Any, config: TranslationConfig = WEBHOOK_CONFIG
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -151,26 +163,20 @@ def original_pod_spec(
     containers, why = _record(record)
     if containers is None:
         return None, why
-    rebuilt: dict[str, Any] = {}
+    rebuilt: dict[str, Any] = {"initContainers": [], "containers": []}
     seen: set[str] = set()
-    for key in ("initContainers", "containers"):
-        out = []
-        for c in pod_spec.get(key) or []:
-            if not isinstance(c, Mapping):
-                continue
-            name = str(c.get("name", ""))
-            entry: dict[str, Any] = {"name": name}
-            if key == "initContainers" and c.get("restartPolicy") is not None:
-                entry["restartPolicy"] = c.get("restartPolicy")
-            asked = containers.get(name)
-            if asked:
-                unknown = [r for r in asked if config.resolve(r) is None]
-                if unknown:
-                    return None, f"the record names {unknown[0]}, which gpucluster does not translate"
-                entry["resources"] = {"limits": dict(asked)}
-            seen.add(name)
-            out.append(entry)
-        rebuilt[key] = out
+    for key, name, restart_policy in container_shapes(pod_spec):
+        entry: dict[str, Any] = {"name": name}
+        if restart_policy is not None:
+            entry["restartPolicy"] = restart_policy
+        asked = containers.get(name)
+        if asked:
+            unknown = [r for r in asked if config.resolve(r) is None]
+            if unknown:
+                return None, f"the record names {unknown[0]}, which gpucluster does not translate"
+            entry["resources"] = {"limits": dict(asked)}
+        seen.add(name)
+        rebuilt[key].append(entry)
     missing = sorted(set(containers) - seen)
     if missing:
         return None, f"the record names container {missing[0]}, which the pod does not have"

@@ -242,9 +242,9 @@ class Kube:
 
         ``batch``: after the events that had arrived, stop reading the connection for that many
         seconds, so that the next read takes all that came meanwhile (the socket's and the TLS
-        layer's buffers hold them). A
-        wake-up per event costs more than its decoding: for node heartbeats, thousands a second
-        on a large cluster, 20 ms late is worth about a third of the controller's CPU."""
+        layer's buffers hold them). A wake-up per event costs more than its decoding: for node
+        heartbeats, thousands a second on a large cluster, 20 ms late is worth about a third of
+        the controller's CPU."""
         resp = await self._send("GET", path, query=[*query, ("watch", "true")], timeout=timeout)
         if not 200 <= resp.status < 300:
             raw = await resp.read()
@@ -255,8 +255,7 @@ class Kube:
             raise KubeError(resp.status, body, "WATCH", path)
         content = resp.response.content
         # Whatever has arrived is read at once and split into events here: one wake-up for a bunch
-        # of node heartbeats rather than one per line (about 7 us of the 50 a heartbeat costs).
-        # orjson: a third of json's time, and a heartbeat is mostly its decoding. The API
+        # of node heartbeats rather than one per line. orjson: a third of json's time; the API
         # server's numbers are int64 or float64 (Go), which it reads exactly.
         start: list[bytes] = []  # the start of an event whose end has not arrived
         started = 0  # its bytes
