@@ -1,0 +1,261 @@
+"""The pod rule's encoded answers, found from a review's bytes: a workload's next pod gets the
+answer its siblings got, with its own uid, and that answer is always the one the full decode and
+a fresh cluster view give. Every member of the key splits it; a review that is not plainly a Pod
+CREATE has no key, and keeps the full decode's answer or error."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpucluster.webhook.server as server
+from gpucluster.clusterstate import ClusterState
+from gpucluster.policy import Settings
+from gpucluster.webhook.admission import HOOKS, admit
+from gpucluster.webhook.cached_answers import answer_key
+from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
+from tests.webhook.pods import container, pod
+from tests.webhook.reviews import review
+from tests.webhook.test_answer_cache import own
+from tests.webhook.test_pods_properties import gpu_pods
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
+HEADERS = {"Content-Type": "application/json"}
+
+
+def base() -> dict[str, Any]:
+    return review(pod(container("cuda", {"nvidia.com/gpu": "2"}), name="train-0"), namespace="ml")
+
+
+def key(body: dict[str, Any]) -> Any:
+    keyed = answer_key(json.dumps(body).encode())
+    assert keyed is not None
+    return keyed.key
+
+
+def _spec(r: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = r["request"]["object"]["spec"]
+    return spec
+
+
+def _meta(r: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = r["request"]["object"]["metadata"]
+    return meta
+
+
+def _set(path: Callable[[dict[str, Any]], dict[str, Any]], field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(r: dict[str, Any]) -> None:
+        path(r)[field] = value
+
+    return change
+
+
+def _container(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return _set(lambda r: _spec(r)["containers"][0], field, value)
+
+
+def _drop_metadata(r: dict[str, Any]) -> None:
+    del r["request"]["object"]["metadata"]
+
+
+def _pop(path: Callable[[dict[str, Any]], dict[str, Any]], field: str) -> Callable[[dict[str, Any]], None]:
+    return lambda r: path(r).pop(field, None)
+
+
+# Each row changes one thing the answer depends on: the key must change with it.
+SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "container name": _container("name", "other"),
+    "container restartPolicy": _container("restartPolicy", "Always"),
+    "container resources": _container("resources", {"limits": {"nvidia.com/gpu": "3"}}),
+    "a second container": lambda r: _spec(r)["containers"].append(container("two", {"nvidia.com/gpu": "1"})),
+    "init containers": _set(_spec, "initContainers", [container("init", {"nvidia.com/gpu": "1"})]),
+    "resourceClaims": _set(_spec, "resourceClaims", [{"name": "mine", "resourceClaimName": "c"}]),
+    "nodeName": _set(_spec, "nodeName", "gpu-1"),
+    "schedulingGates": _set(_spec, "schedulingGates", [{"name": "example.com/quota"}]),
+    "no labels": _pop(_meta, "labels"),
+    "no annotations": _pop(_meta, "annotations"),
+    "no metadata": _drop_metadata,
+    "namespace": lambda r: r["request"].__setitem__("namespace", "other"),
+    "namespace in metadata only": lambda r: (r["request"].pop("namespace"), _meta(r).__setitem__("namespace", "x")),
+    "a node sends it": lambda r: r["request"].__setitem__("userInfo", {"username": "system:node:gpu-1"}),
+    "review apiVersion": lambda r: r.__setitem__("apiVersion", "admission.k8s.io/v1beta1"),
+    **{f"label {k}": _set(lambda r: _meta(r)["labels"], k, "false") for k in LABELS_READ},
+    **{f"annotation {k}": _set(lambda r: _meta(r).setdefault("annotations", {}), k, "x") for k in ANNOTATIONS_READ},
+}
+
+
+@pytest.mark.parametrize("member", list(SPLITS))
+def test_each_member_of_the_key_splits_it(member: str) -> None:
+    changed = base()
+    _meta(changed)["annotations"] = {"unread": "y"}
+    before = key(changed)
+    SPLITS[member](changed)
+    assert key(changed) != before
+
+
+def test_what_the_rule_never_reads_does_not_split_the_key() -> None:
+    first, second = base(), base()
+    first["request"]["object"] = own(first["request"]["object"], 0)
+    second["request"]["object"] = own(second["request"]["object"], 1)
+    _meta(second)["labels"]["team"] = "b"
+    second["request"]["name"] = "train-1"
+    second["request"]["dryRun"] = True  # the answer is the same; only what the controller provisions is not
+    second["request"]["userInfo"] = {"username": "someone-else", "groups": []}
+    a, b = answer_key(json.dumps(first).encode()), answer_key(json.dumps(second).encode())
+    assert a is not None and b is not None
+    assert a.key == b.key and a.uid != b.uid
+
+
+def _not(r: dict[str, Any], *path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(r)
+    at = out
+    for p in path[:-1]:
+        at = at[p]
+    at[path[-1]] = value
+    return out
+
+
+NO_KEY: dict[str, bytes] = {
+    "not JSON": b"{",
+    "not UTF-8 where unread": json.dumps(base()).encode().replace(b"nvidia-smi", b"nvidia-\xff"),
+    "an update": json.dumps(_not(base(), "request", "operation", value="UPDATE")).encode(),
+    "a subresource": json.dumps(_not(base(), "request", "subResource", value="status")).encode(),
+    "another kind": json.dumps(
+        _not(base(), "request", "kind", value={"group": "", "version": "v1", "kind": "X"})
+    ).encode(),
+    "an object of another kind": json.dumps(_not(base(), "request", "object", "kind", value="ConfigMap")).encode(),
+    "no uid": json.dumps(_not(base(), "request", "uid", value="")).encode(),
+    "dryRun not a boolean": json.dumps(_not(base(), "request", "dryRun", value="yes")).encode(),
+    "a null spec": json.dumps(_not(base(), "request", "object", "spec", value=None)).encode(),
+    "labels not a map": json.dumps(_not(base(), "request", "object", "metadata", "labels", value=["a"])).encode(),
+    "a container not a map": json.dumps(_not(base(), "request", "object", "spec", "containers", value=[1])).encode(),
+    "an old object": json.dumps(_not(base(), "request", "oldObject", value={"kind": "Pod"})).encode(),
+    "another review kind": json.dumps(_not(base(), "kind", value="TokenReview")).encode(),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_KEY))
+def test_a_review_that_is_not_plainly_a_pod_create_has_no_key(case: str) -> None:
+    assert answer_key(NO_KEY[case]) is None
+
+
+async def _answers(bodies: list[bytes], state: ClusterState) -> list[tuple[int, Any]]:
+    app = server.build_app(state, Settings())
+    out = []
+    async with TestClient(TestServer(app)) as client:
+        for body in bodies:
+            resp = await client.post("/mutate", data=body, headers=HEADERS)
+            out.append((resp.status, await resp.json() if resp.status == 200 else await resp.text()))
+        metrics = await (await client.get("/metrics")).text()
+    out.append((0, metrics))
+    return out
+
+
+def fresh(body: bytes) -> Any:
+    """The full decode's answer on a view that has answered nothing yet."""
+    return admit(body, path="mutate", cluster=ClusterState.from_objects([NAMESPACE]), settings=Settings()).response
+
+
+class Decodes:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = server.decode_review
+
+        def counting(body: bytes | str) -> Any:
+            self.count += 1
+            return real(body)
+
+        monkeypatch.setattr(server, "decode_review", counting)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(gpu_pods(), st.lists(st.sampled_from([None, *SPLITS]), min_size=2, max_size=6))
+def test_every_answer_is_the_full_decodes_own(
+    monkeypatch: pytest.MonkeyPatch, obj: dict[str, Any], changes: list[str | None]
+) -> None:
+    # A workload's pods (each its own env, images, index) and pods that differ from them in one
+    # member of the key, on one server: each gets exactly what the full decode on a fresh view gives.
+    bodies = []
+    for i, change in enumerate(changes):
+        r = review(own(obj, i), namespace="ml")
+        if change is not None:
+            SPLITS[change](r)
+        bodies.append(orjson.dumps(r))
+    decodes = Decodes(monkeypatch)
+    answers = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    for body, (status, got) in zip(bodies, answers, strict=False):
+        assert status == 200
+        assert got == fresh(body)
+    distinct = {answer_key(b).key for b in bodies if answer_key(b) is not None}  # type: ignore[union-attr]
+    assert decodes.count == len(distinct)  # every other review was answered from its key
+
+
+def test_the_next_pod_is_answered_without_decoding_it_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = [orjson.dumps(review(own(base()["request"]["object"], i), namespace="ml")) for i in range(3)]
+    decodes = Decodes(monkeypatch)
+    *answers, (_, metrics) = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    assert decodes.count == 1
+    uids = [json.loads(b)["request"]["uid"] for b in bodies]
+    assert [a["response"]["uid"] for _, a in answers] == uids
+    assert answers[1][1]["response"]["patch"] == answers[0][1]["response"]["patch"]
+    assert (
+        'gpucluster_webhook_reviews_total{operation="CREATE",outcome="mutated",rule="pods.mutate.gpucluster.nvidia.com"} 3.0'
+        in metrics
+    )
+    assert 'gpucluster_webhook_review_duration_seconds_count{path="mutate"} 3.0' in metrics
+
+
+@pytest.mark.parametrize("case", ["dryRun not a boolean", "not UTF-8 where unread"])
+def test_a_review_the_full_decode_refuses_is_refused_after_its_shape_was_answered(case: str) -> None:
+    (ok, _), (status, text), _ = asyncio.run(
+        _answers([json.dumps(base()).encode(), NO_KEY[case]], ClusterState.from_objects([NAMESPACE]))
+    )
+    assert ok == 200 and status == 400 and "cannot decode AdmissionReview" in text
+
+
+@pytest.mark.rule_crash
+def test_a_rule_error_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    (hook,) = [h for h in HOOKS if h.kind == "Pod"]
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return hook.rule(*args)
+
+    monkeypatch.setattr(
+        "gpucluster.webhook.admission.HOOKS", tuple(h if h is not hook else _with_rule(h, flaky) for h in HOOKS)
+    )
+    bodies = [orjson.dumps(review(own(base()["request"]["object"], i), namespace="ml")) for i in range(3)]
+    (_, first), (_, second), (_, third), _ = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    assert "request not checked" in first["response"]["warnings"][0] and "patch" not in first["response"]
+    assert second["response"]["patch"] and third["response"]["patch"] == second["response"]["patch"]
+    assert calls["n"] == 2  # the error was answered once; the next review ran the rule, the third was kept
+
+
+def _with_rule(hook: Any, rule: Callable[..., Any]) -> Any:
+    return dataclasses.replace(hook, rule=rule)
+
+
+def test_a_change_of_the_cluster_view_drops_the_kept_answers() -> None:
+    state = ClusterState.from_objects([NAMESPACE])
+    body = json.dumps(base()).encode()
+    (_, before), _ = asyncio.run(_answers([body], state))
+    state.upsert(
+        "Namespace", {**NAMESPACE, "metadata": {"name": "ml", "labels": {"gpucluster.nvidia.com/translate": "false"}}}
+    )
+    (_, after), _ = asyncio.run(_answers([body], state))
+    assert "patch" in before["response"] and "patch" not in after["response"]

@@ -1,0 +1,220 @@
+"""The pod rule's answers kept encoded, and found again from a review's bytes without decoding the pod.
+
+Most pod reviews are a workload's next pod: a review whose answer (the pod rule's patch and
+warnings) was given before, to a pod that differed only in what the rule never reads (name, env,
+args, images, hostname, index labels) and in the review's uid. For those, decoding the whole review
+into dicts was most of the webhook's own cost. Here a review is read sparsely (``msgspec`` skips
+every field the answer does not depend on without building it) into :func:`answer_key`; when that
+key was answered before, the answer is the stored encoding with this review's uid in it.
+
+The key holds what the pod rule's own cache key holds (``webhook.rules.pods.mutate_pod_request``),
+read from the JSON text instead of from dicts: of each container its name, restartPolicy and
+resources; the pod's resourceClaims, nodeName and schedulingGates; whether there are labels and
+annotations and the values of the keys the rule reads or writes; the namespace; whether the pod has
+metadata; whether a node sends it; and the review's apiVersion (the answer's). A review that is not
+plainly a Pod CREATE as the API server sends it (any field of an unexpected type, a subresource,
+an object of another kind) has no key: it takes the full decode, which answers it or says what is
+wrong with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import msgspec
+import orjson
+
+from gpucluster.clusterstate import ClusterState
+from gpucluster.lru import LRU
+from gpucluster.policy import Settings
+from gpucluster.webhook.review import API_VERSION, KIND
+from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
+
+_ABSENT = msgspec.Raw()  # empty: no JSON value is, so it stands for a field that is not there
+
+
+class _Container(msgspec.Struct, gc=False):
+    name: msgspec.Raw = _ABSENT
+    restartPolicy: msgspec.Raw = _ABSENT
+    resources: msgspec.Raw = _ABSENT
+
+
+class _Spec(msgspec.Struct, gc=False):
+    containers: list[_Container] | msgspec.UnsetType | None = msgspec.UNSET
+    initContainers: list[_Container] | msgspec.UnsetType | None = msgspec.UNSET
+    resourceClaims: msgspec.Raw = _ABSENT
+    nodeName: msgspec.Raw = _ABSENT
+    schedulingGates: msgspec.Raw = _ABSENT
+
+
+class _Metadata(msgspec.Struct, gc=False):
+    namespace: msgspec.Raw = _ABSENT
+    labels: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Pod(msgspec.Struct, gc=False):
+    apiVersion: str = "v1"
+    kind: str = "Pod"
+    metadata: _Metadata | msgspec.UnsetType = msgspec.UNSET
+    spec: _Spec | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Kind(msgspec.Struct, gc=False):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class _Resource(msgspec.Struct, gc=False):
+    resource: str = ""
+
+
+class _User(msgspec.Struct, gc=False):
+    username: str = ""
+
+
+class _Request(msgspec.Struct, gc=False):
+    uid: str = ""
+    kind: _Kind | None = None
+    resource: _Resource | None = None
+    subResource: str = ""
+    operation: str = ""
+    name: str = ""
+    namespace: str = ""
+    userInfo: _User | None = None
+    object: _Pod | None = None
+    oldObject: msgspec.Raw = _ABSENT
+    dryRun: bool = False
+
+
+class _Review(msgspec.Struct, gc=False):
+    apiVersion: str = ""
+    kind: str = ""
+    request: _Request | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Review)
+_POD = _Kind(group="", version="v1", kind="Pod")
+_REVIEW_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
+
+
+class Keyed(NamedTuple):
+    """A review's :func:`answer_key`, with what its answer and its log line need of the review."""
+
+    key: tuple[Any, ...]
+    uid: str
+    name: str
+    namespace: str
+
+
+def answer_key(body: bytes) -> Keyed | None:
+    """What the pod rule's answer to ``body`` depends on, besides the cluster view and the settings;
+    None when ``body`` is not plainly a Pod CREATE review (the full decode deals with it)."""
+    try:
+        review = _DECODER.decode(body)
+        body.decode()  # the full decode refuses text that is not UTF-8 anywhere, read or not
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    request = review.request
+    if review.kind != KIND or review.apiVersion not in _REVIEW_VERSIONS or request is None:
+        return None
+    pod = request.object
+    if (
+        request.operation != "CREATE"
+        or not request.uid
+        or request.kind != _POD
+        or request.subResource
+        or pod is None
+        or pod.kind != "Pod"
+        or pod.apiVersion != "v1"
+        or bytes(request.oldObject) not in (b"", b"null")
+        or type(pod.spec) is not _Spec
+    ):
+        return None
+    spec, meta = pod.spec, pod.metadata
+    if type(meta) is _Metadata:
+        labels, annotations = meta.labels, meta.annotations
+        namespace = request.namespace or _string(meta.namespace)
+        if namespace is None:
+            return None
+        picked: tuple[Any, ...] = (
+            True,
+            None if labels is msgspec.UNSET else tuple([(k, bytes(labels[k])) for k in LABELS_READ if k in labels]),
+            None
+            if annotations is msgspec.UNSET
+            else tuple([(k, bytes(annotations[k])) for k in ANNOTATIONS_READ if k in annotations]),
+        )
+    else:
+        namespace, picked = request.namespace, (False,)
+    user = request.userInfo.username if request.userInfo is not None else ""
+    key = (
+        review.apiVersion,
+        namespace,
+        user.startswith("system:node:"),
+        picked,
+        _containers(spec.containers),
+        _containers(spec.initContainers),
+        bytes(spec.resourceClaims),
+        bytes(spec.nodeName),
+        bytes(spec.schedulingGates),
+    )
+    return Keyed(key, request.uid, request.name, namespace)
+
+
+def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
+    if listed is msgspec.UNSET:
+        return False
+    if listed is None:
+        return None
+    return tuple([(bytes(c.name), bytes(c.restartPolicy), bytes(c.resources)) for c in listed])
+
+
+def _string(raw: msgspec.Raw) -> str | None:
+    """A namespace as the full decode reads it: absent or null is "", a string is itself, else None."""
+    text = bytes(raw)
+    if text in (b"", b"null"):
+        return ""
+    value = orjson.loads(text)
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An encoded answer: the response before and after its uid, and what metrics count it as."""
+
+    head: bytes
+    tail: bytes
+    rule: str
+    outcome: str
+
+    def encode(self, uid: str) -> bytes:
+        return self.head + orjson.dumps(uid) + self.tail
+
+
+def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
+    """Kept on the cluster view until it changes, as the pod rule's own answers are."""
+    return cluster.derived("pod-rule-encoded-answers", lambda _: LRU(2048))
+
+
+def find(keyed: Keyed, cluster: ClusterState, settings: Settings) -> Answer | None:
+    try:
+        return _answers(cluster).get((keyed.key, settings))
+    except TypeError:  # settings that cannot be hashed: nothing is kept for them
+        return None
+
+
+def keep(keyed: Keyed, cluster: ClusterState, settings: Settings, encoded: bytes, rule: str, outcome: str) -> None:
+    """Keep ``encoded`` (the full decode's answer to the review ``keyed`` was read from, as sent)
+    for the reviews with the same key. The uid is the only member of the review's own in it."""
+    uid = b'"uid":' + orjson.dumps(keyed.uid)
+    # The first: apiVersion and kind come before the response and are constants with no uid.
+    at = encoded.find(uid)
+    if at < 0:
+        return
+    answer = Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome)
+    try:
+        _answers(cluster).put((keyed.key, settings), answer)
+    except TypeError:
+        return
