@@ -1,9 +1,10 @@
 """Explain pods pending on GPU claims: run the allocator over the cached slices, post an Event.
 
 A pod that waits for its ResourceClaims to be allocated gets one Event (on the pod and on each
-unallocated claim) with a one-line reason, such as ``0/24 devices usable for request gpu on 3
-nodes, need 2 on one node: 16 selector #0 false (productName == "NVIDIA B200"), 8 in use``; a new
-Event only when the reason changes, and at most one per pod per ``min_interval`` seconds.
+unallocated claim), once it has been unschedulable for ``settle`` seconds, with a one-line
+reason, such as ``0/24 devices usable for request gpu on 3 nodes, need 2 on one node: 16
+selector #0 false (productName == "NVIDIA B200"), 8 in use``; a new Event only when the reason
+changes, and at most one per pod per ``min_interval`` seconds.
 
 While devices are allocated, a claim that does not fit now is checked again as if every node
 were empty, so that "busy now" (``...; would fit once devices are freed``: wait) reads
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucluster import timestamps
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.dra.worker import AllocatorWorker, shared_worker
 
@@ -77,6 +79,18 @@ def claim_users(claim: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
     return [f"{namespace}/{n}" for n in sorted(names)]
 
 
+def unschedulable_since(pod: Mapping[str, Any]) -> float | None:
+    """When kube-scheduler last found the pod unschedulable (its PodScheduled=False condition's
+    lastTransitionTime, seconds since the epoch); None when it does not say or cannot be read."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and isinstance(c.get("lastTransitionTime"), str):
+            try:
+                return timestamps.parse(c["lastTransitionTime"]).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
 def pending_on_claims(pod: Mapping[str, Any]) -> bool:
     """A pod with claims that kube-scheduler has tried and found unschedulable.
 
@@ -106,6 +120,13 @@ class Explainer:
     state: ClusterState
     min_interval: float = 60.0
     clock: Callable[[], float] = time.monotonic
+    # A pod is explained once it has been unschedulable this long: kube-scheduler's own event is
+    # there at once, and in a burst of new pods the allocator runs and events for pods found
+    # unschedulable a moment ago would compete with the burst (the ResourceClaims of the pods
+    # behind them) for the API server. As cluster-autoscaler leaves pods younger than its
+    # new-pod-scale-up-delay alone. ``wall`` reads the condition's time (the API server's clock).
+    settle: float = 2.0
+    wall: Callable[[], float] = time.time
     worker: AllocatorWorker | None = None
     # What the allocator follows: kubernetes_version and feature_gates (the controller sets
     # the server's version and the --feature-gates overrides).
@@ -129,6 +150,9 @@ class Explainer:
         if pod is None or not pending_on_claims(pod):
             self._last.pop(key, None)
             return None, None
+        since = unschedulable_since(pod)
+        if since is not None and (young := since + self.settle - self.wall()) > 0:
+            return None, young
         last = self._last.get(key)
         now = self.clock()
         if last is not None and now - last[1] < self.min_interval:

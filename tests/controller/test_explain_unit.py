@@ -84,3 +84,29 @@ async def test_a_pod_that_is_gone_or_scheduled_is_forgotten(worker: AllocatorWor
     assert await explainer.explain(None, key(p)) == (None, None)
     found, _ = await explainer.explain(p, key(p))  # a namesake later is explained afresh
     assert found is not None
+
+
+async def test_a_pod_is_explained_once_it_has_been_unschedulable_for_the_settle_time(worker: AllocatorWorker) -> None:
+    # A burst's pods, found unschedulable a moment ago, are not explained yet: no allocator run,
+    # no event; each is looked at again when its settle time is over.
+    runs = {"n": 0}
+    check = worker.check_async
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        runs["n"] += 1
+        return await check(*args, **kwargs)
+
+    worker.check_async = counted  # type: ignore[method-assign]
+    wall = Clock()
+    wall.now = 1_800_000_000.5
+    p = pod("p", "b200")
+    p["status"]["conditions"] = [{**UNSCHEDULABLE, "lastTransitionTime": "2027-01-15T08:00:00Z"}]  # 1.8e9 s
+    explainer = Explainer(state(claim("b200", "NVIDIA B200"), p), worker=worker, settle=2.0, wall=wall)
+    assert await explainer.explain(p, key(p)) == (None, 1.5)
+    assert runs["n"] == 0
+    wall.now = 1_800_000_002.0
+    found, requeue = await explainer.explain(p, key(p))
+    assert found is not None and requeue is None and runs["n"] >= 1
+    unreadable = pod("q", "b200")
+    unreadable["status"]["conditions"] = [{**UNSCHEDULABLE, "lastTransitionTime": "yesterday"}]
+    assert (await explainer.explain(unreadable, key(unreadable)))[0] is not None  # explained at once
