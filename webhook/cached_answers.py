@@ -15,6 +15,12 @@ metadata; whether a node sends it; and the review's apiVersion (the answer's). A
 plainly a Pod CREATE as the API server sends it (any field of an unexpected type, a subresource,
 an object of another kind) has no key: it takes the full decode, which answers it or says what is
 wrong with it.
+
+Two differences from the full decode remain, neither in what kube-apiserver sends: numbers in
+fields the key does not read are checked for their syntax only (orjson also refuses those beyond
+a double's range), and the order of the spec's container lists and resourceClaims is not in the
+key (pods that differ only in it share a patch whose operations may come in another order, and
+mean the same).
 """
 
 from __future__ import annotations
@@ -113,10 +119,14 @@ def answer_key(body: bytes) -> Keyed | None:
     """What the pod rule's answer to ``body`` depends on, besides the cluster view and the settings;
     None when ``body`` is not plainly a Pod CREATE review (the full decode deals with it)."""
     try:
-        review = _DECODER.decode(body)
-        body.decode()  # the full decode refuses text that is not UTF-8 anywhere, read or not
-    except (msgspec.DecodeError, UnicodeDecodeError):
+        return _key(body)
+    except Exception:
         return None
+
+
+def _key(body: bytes) -> Keyed | None:
+    review = _DECODER.decode(body)
+    body.decode()  # the full decode refuses text that is not UTF-8 anywhere, read or not
     request = review.request
     if review.kind != KIND or review.apiVersion not in _REVIEW_VERSIONS or request is None:
         return None
@@ -198,23 +208,27 @@ def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
     return cluster.derived("pod-rule-encoded-answers", lambda _: LRU(2048))
 
 
-def find(keyed: Keyed, cluster: ClusterState, settings: Settings) -> Answer | None:
-    try:
-        return _answers(cluster).get((keyed.key, settings))
-    except TypeError:  # settings that cannot be hashed: nothing is kept for them
-        return None
+class Slot:
+    """Where the answer to one keyed review is kept: found there, or kept there once the full
+    decode has answered. The view's store is taken before the rule runs, so an answer is never
+    filed under a view that changed meanwhile."""
 
+    def __init__(self, keyed: Keyed, cluster: ClusterState, settings: Settings) -> None:
+        self.keyed = keyed
+        self._entries = _answers(cluster)
+        self._key: tuple[Any, ...] | None = (keyed.key, settings)
+        try:
+            self.found = self._entries.get(self._key)
+        except TypeError:  # settings that cannot be hashed: nothing is kept for them
+            self.found, self._key = None, None
 
-def keep(keyed: Keyed, cluster: ClusterState, settings: Settings, encoded: bytes, rule: str, outcome: str) -> None:
-    """Keep ``encoded`` (the full decode's answer to the review ``keyed`` was read from, as sent)
-    for the reviews with the same key. The uid is the only member of the review's own in it."""
-    uid = b'"uid":' + orjson.dumps(keyed.uid)
-    # The first: apiVersion and kind come before the response and are constants with no uid.
-    at = encoded.find(uid)
-    if at < 0:
-        return
-    answer = Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome)
-    try:
-        _answers(cluster).put((keyed.key, settings), answer)
-    except TypeError:
-        return
+    def keep(self, encoded: bytes, rule: str, outcome: str) -> None:
+        """Keep ``encoded`` (the full decode's answer to the review, as sent) for the reviews with
+        the same key. The uid is the only member of the review's own in it."""
+        if self._key is None:
+            return
+        uid = b'"uid":' + orjson.dumps(self.keyed.uid)
+        # The first: apiVersion and kind come before the response and are constants with no uid.
+        at = encoded.find(uid)
+        if at >= 0:
+            self._entries.put(self._key, Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome))

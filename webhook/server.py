@@ -174,15 +174,16 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         cluster, settings = app[CLUSTER_KEY], app[SETTINGS_KEY]
         # A workload's next pod: its answer was given before, and is found without decoding the pod.
         keyed = cached_answers.answer_key(body) if path == "mutate" else None
-        if keyed is not None and (found := cached_answers.find(keyed, cluster, settings)) is not None:
+        slot = cached_answers.Slot(keyed, cluster, settings) if keyed is not None else None
+        if slot is not None and (found := slot.found) is not None:
             elapsed = time.perf_counter() - started
             metrics.observe(found.rule, "CREATE", found.outcome, path, elapsed)
             if log.isEnabledFor(logging.DEBUG) or found.outcome == "denied":
                 log.info(
                     "review path=%s uid=%s kind=Pod op=CREATE ns=%s name=%s outcome=%s ms=%.2f (answered before)",
-                    path, keyed.uid, keyed.namespace, keyed.name, found.outcome, elapsed * 1000,
+                    path, slot.keyed.uid, slot.keyed.namespace, slot.keyed.name, found.outcome, elapsed * 1000,
                 )  # fmt: skip
-            return web.Response(body=found.encode(keyed.uid), content_type="application/json")
+            return web.Response(body=found.encode(slot.keyed.uid), content_type="application/json")
         try:
             review = decode_review(body)
         except ReviewDecodeError as exc:
@@ -203,8 +204,8 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
                 path, req.uid, req.kind, req.operation, req.namespace, req.name, outcome, elapsed * 1000,
             )  # fmt: skip
         encoded = orjson.dumps(admission.response)
-        if keyed is not None and admission.hook is not None and outcome != "error":
-            cached_answers.keep(keyed, cluster, settings, encoded, admission.rule, outcome)
+        if slot is not None and admission.hook is not None and outcome != "error":
+            slot.keep(encoded, admission.rule, outcome)
         return web.Response(body=encoded, content_type="application/json")
 
     return handle

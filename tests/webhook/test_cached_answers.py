@@ -141,6 +141,18 @@ NO_KEY: dict[str, bytes] = {
     "a container not a map": json.dumps(_not(base(), "request", "object", "spec", "containers", value=[1])).encode(),
     "an old object": json.dumps(_not(base(), "request", "oldObject", value={"kind": "Pod"})).encode(),
     "another review kind": json.dumps(_not(base(), "kind", value="TokenReview")).encode(),
+    "a null object": json.dumps(_not(base(), "request", "object", value=None)).encode(),
+    "no request": json.dumps(_not(base(), "request", value=None)).encode(),
+    "an object of another apiVersion": json.dumps(_not(base(), "request", "object", "apiVersion", value="v2")).encode(),
+    "a namespace only in metadata, not a string": json.dumps(
+        _not(_not(base(), "request", "namespace", value=""), "request", "object", "metadata", "namespace", value=7)
+    ).encode(),
+    "a namespace beyond a double": json.dumps(_not(base(), "request", "namespace", value=""))
+    .encode()
+    .replace(b'"namespace": "ml"', b'"namespace": 1e400'),
+    "nesting deeper than the sparse read's limit": json.dumps(base())
+    .encode()
+    .replace(b'"containers": [', b'"deep": ' + b"[" * 990 + b"]" * 990 + b', "containers": [', 1),
 }
 
 
@@ -217,7 +229,7 @@ def test_the_next_pod_is_answered_without_decoding_it_and_counted(monkeypatch: p
     assert 'gpucluster_webhook_review_duration_seconds_count{path="mutate"} 3.0' in metrics
 
 
-@pytest.mark.parametrize("case", ["dryRun not a boolean", "not UTF-8 where unread"])
+@pytest.mark.parametrize("case", ["dryRun not a boolean", "not UTF-8 where unread", "an object of another apiVersion"])
 def test_a_review_the_full_decode_refuses_is_refused_after_its_shape_was_answered(case: str) -> None:
     (ok, _), (status, text), _ = asyncio.run(
         _answers([json.dumps(base()).encode(), NO_KEY[case]], ClusterState.from_objects([NAMESPACE]))
@@ -259,3 +271,32 @@ def test_a_change_of_the_cluster_view_drops_the_kept_answers() -> None:
     )
     (_, after), _ = asyncio.run(_answers([body], state))
     assert "patch" in before["response"] and "patch" not in after["response"]
+
+
+@pytest.mark.parametrize(
+    "case", ["a namespace beyond a double", "nesting deeper than the sparse read's limit", "a null object"]
+)
+def test_a_review_the_sparse_read_cannot_take_gets_the_full_decodes_answer(case: str) -> None:
+    body = NO_KEY[case]
+    (status, got), _ = asyncio.run(_answers([body], ClusterState.from_objects([NAMESPACE])))
+    try:
+        expected: Any = fresh(body)
+    except Exception as exc:  # the full decode refuses it: so does the server, with a 400
+        assert status == 400 and "cannot decode AdmissionReview" in got, exc
+    else:
+        assert status == 200 and got == expected
+
+
+def test_a_validating_review_never_gets_a_kept_mutation() -> None:
+    body = json.dumps(base()).encode()
+
+    async def both() -> tuple[Any, Any]:
+        app = server.build_app(ClusterState.from_objects([NAMESPACE]), Settings())
+        async with TestClient(TestServer(app)) as client:
+            mutated = await (await client.post("/mutate", data=body, headers=HEADERS)).json()
+            validated = await (await client.post("/validate", data=body, headers=HEADERS)).json()
+        return mutated, validated
+
+    mutated, validated = asyncio.run(both())
+    assert "patch" in mutated["response"]
+    assert "patch" not in validated["response"] and validated["response"]["allowed"]
