@@ -152,7 +152,7 @@ NO_KEY: dict[str, bytes] = {
     .replace(b'"namespace": "ml"', b'"namespace": 1e400'),
     "nesting deeper than the sparse read's limit": json.dumps(base())
     .encode()
-    .replace(b'"containers": [', b'"deep": ' + b"[" * 990 + b"]" * 990 + b', "containers": [', 1),
+    .replace(b'"containers": [', b'"deep": ' + b"[" * 5000 + b"]" * 5000 + b', "containers": [', 1),
 }
 
 
