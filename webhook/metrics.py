@@ -57,11 +57,15 @@ class _ReviewCounts(Collector):
         self.counts: dict[tuple[str, str, str], int] = {}
         # per path: the number of reviews in each bucket (not cumulative; the last is +Inf), and their sum
         self.latency: dict[str, tuple[list[int], list[float]]] = {}
-        self.created = time.time()
+        self.created: dict[tuple[str, str, str], float] = {}  # a label set's first review: its _created
 
     def observe(self, rule: str, operation: str, outcome: str, path: str, seconds: float) -> None:
         key = (rule, operation, outcome)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        count = self.counts.get(key)
+        if count is None:
+            count = 0
+            self.created[key] = time.time()
+        self.counts[key] = count + 1
         found = self.latency.get(path)
         if found is None:
             found = self.latency[path] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
@@ -75,7 +79,7 @@ class _ReviewCounts(Collector):
             labels=["rule", "operation", "outcome"],
         )
         for key, count in sorted(self.counts.items()):
-            reviews.add_metric(list(key), count, created=self.created)
+            reviews.add_metric(list(key), count, created=self.created[key])
         yield reviews
         latency = HistogramMetricFamily(
             "gpucluster_webhook_review_duration_seconds",

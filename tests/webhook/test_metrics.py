@@ -42,3 +42,14 @@ def test_a_scrape_shows_what_prometheus_clients_own_metrics_show() -> None:
     assert 'gpucluster_webhook_review_duration_seconds_bucket{le="0.0005",path="mutate"} 2.0' in got
     assert 'gpucluster_webhook_review_duration_seconds_bucket{le="1.0",path="validate"} 1.0' in got
     assert 'gpucluster_webhook_review_duration_seconds_bucket{le="+Inf",path="validate"} 2.0' in got
+
+
+def test_each_label_set_has_its_created_time() -> None:
+    ours = WebhookMetrics()
+    for rule, operation, outcome, path, seconds in REVIEWS:
+        ours.observe(rule, operation, outcome, path, seconds)
+    created = [
+        line.rsplit(" ", 1) for line in _lines(generate_latest(ours.registry), "gpucluster_webhook_reviews_created")
+    ]
+    assert len(created) == len({r[:3] for r in REVIEWS})
+    assert all(float(value) > 1.7e9 for _, value in created)
