@@ -7,8 +7,8 @@ into dicts was most of the webhook's own cost. Here a review is read sparsely (`
 every field the answer does not depend on without building it) into :func:`answer_key`; when that
 key was answered before, the answer is the stored encoding with this review's uid in it.
 
-The key holds what the pod rule's own cache key holds (``webhook.rules.pods.mutate_pod_request``),
-read from the JSON text instead of from dicts: of each container its name, restartPolicy and
+The key holds what the pod rule's answer depends on (``webhook.rules.pods.mutate_pod_request``),
+read from the JSON text: of each container its name, restartPolicy and
 resources; the pod's resourceClaims, nodeName and schedulingGates; whether there are labels and
 annotations and the values of the keys the rule reads or writes; the namespace; whether the pod has
 metadata; whether a node sends it; and the review's apiVersion (the answer's). A review that is not

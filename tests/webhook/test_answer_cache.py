@@ -1,14 +1,17 @@
-"""The pod rule's whole-answer cache: pods of one workload share an answer, never their names, and
-a change of the cluster view is seen at once. Pods that differ in what a translation never reads
-(env, args, images) share a translation and still get their own answer, the one a fresh view
-gives and the one the translation of the whole pod says."""
+"""The webhook's kept answers: pods of one workload share an answer, never their names, and a
+change of the cluster view is seen at once. Pods that differ in what a translation never reads
+(env, args, images) share an answer and still get their own, the one a fresh view gives and the
+one the translation of the whole pod says. Every answer here comes from the server, its kept
+answers included, and is checked against the full path on a view that has answered nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import jsonpatch
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +19,9 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
 from gpucluster.webhook.admission import Admission, admit
+from gpucluster.webhook.cached_answers import answer_key
 from gpucluster.webhook.review import decode_patch
+from gpucluster.webhook.server import build_app
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 from tests.webhook.test_pods_properties import gpu_pods
@@ -24,11 +29,35 @@ from tests.webhook.test_pods_properties import gpu_pods
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 
 
-def answer(obj: dict[str, Any], state: ClusterState, *, user: str | None = None) -> Admission:
-    body = review(obj, namespace="ml")
+def body(obj: dict[str, Any], *, user: str | None = None) -> bytes:
+    r = review(obj, namespace="ml")
     if user is not None:
-        body["request"]["userInfo"] = {"username": user}
-    return admit(json.dumps(body), path="mutate", cluster=state, settings=Settings())
+        r["request"]["userInfo"] = {"username": user}
+    return json.dumps(r).encode()
+
+
+def served(bodies: list[bytes], state: ClusterState) -> list[dict[str, Any]]:
+    """The server's answers to ``bodies``, in order, on ``state`` (where its kept answers live)."""
+
+    async def post() -> list[dict[str, Any]]:
+        out = []
+        async with TestClient(TestServer(build_app(state, Settings()))) as client:
+            for b in bodies:
+                resp = await client.post("/mutate", data=b, headers={"Content-Type": "application/json"})
+                assert resp.status == 200
+                out.append(await resp.json())
+        return out
+
+    return asyncio.run(post())
+
+
+def answer(obj: dict[str, Any], state: ClusterState, *, user: str | None = None) -> dict[str, Any]:
+    return served([body(obj, user=user)], state)[0]
+
+
+def fresh(b: bytes) -> Admission:
+    """The full path's answer on a view that has answered nothing."""
+    return admit(b, path="mutate", cluster=ClusterState.from_objects([NAMESPACE]), settings=Settings())
 
 
 def replica(i: int, **kw: Any) -> dict[str, Any]:
@@ -37,38 +66,49 @@ def replica(i: int, **kw: Any) -> dict[str, Any]:
 
 def test_pods_of_one_workload_share_one_patch_that_keeps_each_pods_own_name() -> None:
     state = ClusterState.from_objects([NAMESPACE])
-    first, second = answer(replica(1), state), answer(replica(2), state)
-    assert first.response["response"]["patch"] == second.response["response"]["patch"]
-    assert first.response["response"]["uid"] != second.response["response"]["uid"]
-    assert second.verdict.patch is first.verdict.patch  # encoded once for the shape
-    patched = jsonpatch.apply_patch(replica(2), decode_patch(second.response))
+    bodies = [body(replica(1)), body(replica(2))]
+    first, second = served(bodies, state)
+    assert first["response"]["patch"] == second["response"]["patch"]
+    assert [a["response"]["uid"] for a in (first, second)] == [json.loads(b)["request"]["uid"] for b in bodies]
+    patched = jsonpatch.apply_patch(replica(2), decode_patch(second))
     assert patched["metadata"]["name"] == "train-2"
     assert patched["spec"]["resourceClaims"] and "nvidia.com/gpu" not in str(patched["spec"]["containers"])
-    assert second.creates == first.creates and second.creates is not first.creates
+    assert fresh(bodies[0]).creates == fresh(bodies[1]).creates
 
 
 def test_labels_annotations_and_requester_are_part_of_the_answer() -> None:
     state = ClusterState.from_objects([NAMESPACE])
-    answer(replica(1), state)
-    opted_out = answer(replica(2, labels={"gpucluster.nvidia.com/translate": "false"}), state)
-    assert decode_patch(opted_out.response) == []
-    mirror = answer(replica(3), state, user="system:node:gpu-1")
-    assert decode_patch(mirror.response) == [] and "mirror" in mirror.response["response"]["warnings"][0]
+    _, opted_out, mirror = served(
+        [
+            body(replica(1)),
+            body(replica(2, labels={"gpucluster.nvidia.com/translate": "false"})),
+            body(replica(3), user="system:node:gpu-1"),
+        ],
+        state,
+    )
+    assert decode_patch(opted_out) == []
+    assert decode_patch(mirror) == [] and "mirror" in mirror["response"]["warnings"][0]
 
 
 def test_a_change_of_the_cluster_view_is_seen_by_the_next_review() -> None:
     state = ClusterState.from_objects([NAMESPACE])
     before = answer(replica(1), state)
-    (template,) = before.creates
+    (template,) = fresh(body(replica(1))).creates
+    assert template_named(replica(1), before) == template["metadata"]["name"]
     taken = {**template, "spec": {"spec": {"devices": {"requests": []}}}}
     state.upsert("ResourceClaimTemplate", taken)
-    after = answer(replica(2), state)
-    (renamed,) = after.creates
-    assert renamed["metadata"]["name"] != template["metadata"]["name"]
+    assert template_named(replica(2), answer(replica(2), state)) != template["metadata"]["name"]
     state.upsert(
         "Namespace", {**NAMESPACE, "metadata": {"name": "ml", "labels": {"gpucluster.nvidia.com/translate": "false"}}}
     )
-    assert decode_patch(answer(replica(3), state).response) == []
+    assert decode_patch(answer(replica(3), state)) == []
+
+
+def template_named(obj: dict[str, Any], response: dict[str, Any]) -> str:
+    name: str = jsonpatch.apply_patch(obj, decode_patch(response))["spec"]["resourceClaims"][0][
+        "resourceClaimTemplateName"
+    ]
+    return name
 
 
 def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
@@ -91,10 +131,6 @@ def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
-def outcome(out: Admission) -> tuple[Any, ...]:
-    return (decode_patch(out.response), out.response["response"].get("warnings"), out.creates, out.verdict.outcome)
-
-
 def translated(obj: dict[str, Any]) -> dict[str, Any]:
     """The pod as the translation of the whole pod (no part, no memo, no diff) says it is admitted."""
     expected, translation = translate_pod(obj, namespace="ml", config=WEBHOOK_CONFIG)
@@ -111,54 +147,53 @@ def translated(obj: dict[str, Any]) -> dict[str, Any]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpu_pods(), st.integers(2, 4))
 def test_pods_that_differ_in_env_args_and_images_get_their_own_answer(obj: dict[str, Any], n: int) -> None:
-    state = ClusterState.from_objects([NAMESPACE])
-    for i in range(n):
-        mine = own(obj, i)
-        out = answer(mine, state)  # after its siblings: their translation is known
-        assert outcome(out) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))
-        patched = jsonpatch.apply_patch(mine, decode_patch(out.response))
+    pods = [own(obj, i) for i in range(n)]
+    bodies = [body(p) for p in pods]
+    # Each after its siblings: their answer is kept.
+    for i, (mine, b, out) in enumerate(
+        zip(pods, bodies, served(bodies, ClusterState.from_objects([NAMESPACE])), strict=True)
+    ):
+        assert out == fresh(b).response
+        patched = jsonpatch.apply_patch(mine, decode_patch(out))
         assert patched == translated(mine)
         assert all(c["image"] == f"registry.example.com/train:{i}" for c in patched["spec"]["containers"])
 
 
 def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
-    (template,) = answer(own(replica(0), 0), ClusterState.from_objects([NAMESPACE])).creates
+    (template,) = fresh(body(own(replica(0), 0))).creates
     taken = {**template, "spec": {"spec": {"devices": {"requests": []}}}}  # the name, another spec
 
     def view() -> ClusterState:
         return ClusterState.from_objects([NAMESPACE, taken])
 
-    state = view()
-    for i in range(3):
-        mine = own(replica(0), i)
-        out = answer(mine, state)
-        (renamed,) = out.creates
+    pods = [own(replica(0), i) for i in range(3)]
+    bodies = [body(p) for p in pods]
+    for i, (mine, b, out) in enumerate(zip(pods, bodies, served(bodies, view()), strict=True)):
+        expected = admit(b, path="mutate", cluster=view(), settings=Settings())
+        (renamed,) = expected.creates
         assert renamed["metadata"]["name"] != template["metadata"]["name"]
-        patched = jsonpatch.apply_patch(mine, decode_patch(out.response))
+        patched = jsonpatch.apply_patch(mine, decode_patch(out))
         assert patched["spec"]["containers"][0]["image"] == f"registry.example.com/train:{i}"
         assert patched["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == renamed["metadata"]["name"]
-        assert outcome(out) == outcome(answer(mine, view()))
+        assert out == expected.response
 
 
 def test_pods_that_differ_only_in_env_args_images_and_their_index_share_one_answer() -> None:
-    # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, encoded once.
-    state = ClusterState.from_objects([NAMESPACE])
-    first = answer(own(replica(0), 0), state)
-    second = answer(own(replica(0), 1), state)
-    assert second.verdict.patch is first.verdict.patch
+    # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, kept once.
+    first, second = (answer_key(body(own(replica(0), i))) for i in (0, 1))
+    assert first is not None and second is not None and first.key == second.key
 
 
 def test_node_name_and_scheduling_gates_are_part_of_the_answer() -> None:
     state = ClusterState.from_objects([NAMESPACE])
-    plain = answer(replica(1), state)
     bound = replica(2)
     bound["spec"]["nodeName"] = "gpu-1"
-    pinned = answer(bound, state)
-    assert pinned.verdict.patch is not plain.verdict.patch
-    assert "schedulingGates" not in jsonpatch.apply_patch(bound, decode_patch(pinned.response))["spec"]
     held = replica(3)
     held["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
-    gated = jsonpatch.apply_patch(held, decode_patch(answer(held, state).response))
+    plain, pinned, kept = served([body(replica(1)), body(bound), body(held)], state)
+    assert decode_patch(pinned) != decode_patch(plain)
+    assert "schedulingGates" not in jsonpatch.apply_patch(bound, decode_patch(pinned))["spec"]
+    gated = jsonpatch.apply_patch(held, decode_patch(kept))
     assert gated["spec"]["schedulingGates"] == [
         {"name": "example.com/quota"},
         {"name": "gpucluster.nvidia.com/claim-templates"},
@@ -189,14 +224,16 @@ def test_an_answer_is_shared_only_with_pods_whose_read_labels_and_annotations_ma
     metas: list[tuple[Any, Any]],
 ) -> None:
     # Pods answered one after the other on one view, each as a fresh view answers it alone.
-    state = ClusterState.from_objects([NAMESPACE])
+    bodies = []
     for i, (labels, notes) in enumerate(metas):
         mine = replica(i)
         for member, value in (("labels", labels), ("annotations", notes)):
             mine["metadata"].pop(member, None)
             if value != "absent":
                 mine["metadata"][member] = value
-        assert outcome(answer(mine, state)) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))
+        bodies.append(body(mine))
+    for b, out in zip(bodies, served(bodies, ClusterState.from_objects([NAMESPACE])), strict=True):
+        assert out == fresh(b).response
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -221,11 +258,13 @@ def test_a_pod_differing_in_one_read_label_or_annotation_gets_its_own_answer(
         second[member] = changed
     else:
         second[member] = data.draw(st.sampled_from([None, "absent", {}]))
-    state = ClusterState.from_objects([NAMESPACE])
+    bodies = []
     for i, metas in enumerate((first, second)):
         mine = replica(i)
         for name, value in metas.items():
             mine["metadata"].pop(name, None)
             if value != "absent":
                 mine["metadata"][name] = value
-        assert outcome(answer(mine, state)) == outcome(answer(mine, ClusterState.from_objects([NAMESPACE])))
+        bodies.append(body(mine))
+    for b, out in zip(bodies, served(bodies, ClusterState.from_objects([NAMESPACE])), strict=True):
+        assert out == fresh(b).response

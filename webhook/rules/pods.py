@@ -226,77 +226,11 @@ def mirror_pod(request: AdmissionRequest, pod: Mapping[str, Any]) -> bool:
     )
 
 
-def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Verdict]:
-    """Whole answers of the pod rule, kept on the cluster view until it changes.
-
-    The pods of a workload differ in their name, env, args, images, hostname and index labels (and
-    the review in its uid), none of which the rule reads or the patch touches: the patch is a
-    diff of the translated part of the spec and of the label and annotation keys the rule writes.
-    So all of a workload's reviews after the first cost a decode and a dict lookup. Any change of
-    any watched kind bumps the view's generation, which drops them.
-    """
-    return cluster.derived("pod-rule-answers", lambda _: LRU(2048))
-
-
-def _present(mapping: Mapping[str, Any], member: str, read: tuple[str, ...] = ()) -> list[Any]:
-    """``mapping[member]`` in an answer's key: [] when absent (the rule may tell absent from null),
-    else [it], of a map only its ``read`` keys when ``read`` names them."""
-    if member not in mapping:
-        return []
-    value = mapping[member]
-    if read and type(value) is dict:
-        return [{k: value[k] for k in read if k in value}]
-    return [value]
-
-
 def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
-    """The pod rule, answered from the view's :func:`_answers` when a pod of the same shape was answered before."""
-    pod = request.obj
-    if request.operation != "CREATE" or pod is None or settings.translation_mode == "off":
-        return Verdict.allow(outcome="skipped")
-    meta = pod.get("metadata", {})
-    spec = pod.get("spec")
-    if not isinstance(meta, dict) or not isinstance(spec, dict):
-        return Verdict.allow(outcome="skipped")
-    # Everything the answer depends on but the cluster view: of the spec, the part a translation
-    # reads (translated_part: the pods of a Job, a StatefulSet or a rollout that differ in env,
-    # args or images share it, and so their answer) and the two fields the rule reads besides
-    # (nodeName, schedulingGates); of the labels and annotations, whether they are there and the
-    # keys the rule reads or its patch writes (a StatefulSet's pod-index label or an indexed Job's
-    # completion-index annotation does not split the answer); the namespace, whether the pod has
-    # metadata at all, and whether a node sends it. The patch never names anything else of the pod.
-    try:
-        key = (
-            orjson.dumps(
-                (
-                    translated_part(spec),
-                    _present(spec, "nodeName"),
-                    _present(spec, "schedulingGates"),
-                    _present(meta, "labels", LABELS_READ),
-                    _present(meta, "annotations", ANNOTATIONS_READ),
-                    request.namespace or meta.get("namespace"),
-                    "metadata" in pod,
-                    request.user.startswith("system:node:"),
-                )
-            ),
-            settings,
-        )
-    except TypeError:  # orjson refuses it (a huge integer, say): no caching, same answer
-        return _mutate_pod(request, cluster, settings)
-    entries = _answers(cluster)
-    try:
-        shared = entries.get(key)
-    except TypeError:  # settings that cannot be hashed: no caching, same answer
-        return _mutate_pod(request, cluster, settings)
-    if shared is None:
-        verdict = _mutate_pod(request, cluster, settings)
-        entries.put(key, verdict.copy())
-        return verdict
-    # The patch (and its encoding) is shared as it is: nothing in it is the pod's own.
-    return shared.copy()
-
-
-def _mutate_pod(request: AdmissionRequest, cluster: ClusterState, settings: Settings) -> Verdict:
+    """The pod rule. Its answer depends, besides the cluster view and the settings, only on the
+    pod's translated part of the spec, nodeName and schedulingGates, the label and annotation keys
+    in LABELS_READ and ANNOTATIONS_READ, the namespace, whether the pod has metadata and whether a
+    node sends it: the server keeps answers under those (webhook.cached_answers)."""
     if request.operation != "CREATE" or request.obj is None or settings.translation_mode == "off":
         return Verdict.allow(outcome="skipped")
     pod = request.obj
