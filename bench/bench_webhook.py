@@ -12,9 +12,8 @@ Three loads:
 * 5,000 shapes: pods of distinct specs (an env value, an image, a hostname, an index label and
   annotation of their own, as the pods of an indexed Job or a StatefulSet have, or of workloads
   rolled out build after build), cycled in order. They differ in nothing the pod rule reads, so
-  they share an answer (the answer cache is keyed by the part of the spec a translation reads,
-  gpucluster.translate.translated_part, the labels and annotations the rule reads, and the few
-  fields it reads besides): every review is decoded and its key taken out;
+  they share an answer (the server keeps answers keyed by what the rule reads, taken from the
+  review's bytes by a sparse read: webhook.cached_answers): every review is read for its key;
 * 5,000 shapes, no answer shared: the same pods with a container name of their own, so that
   every review misses the answer cache (which holds fewer entries than this and is visited in a
   cycle) and is translated, diffed, assembled and encoded: a new shape each time.
@@ -96,8 +95,8 @@ SHAPES = 5000
 
 def _distinct_bodies(*, named: bool = False) -> list[bytes]:
     """5,000 pods of distinct specs (each its own env value and image; ``named``: its own container
-    name too); every review misses the answer cache, which holds fewer entries than this and is
-    visited in a cycle."""
+    name too: then every review misses the kept answers, which hold fewer entries than this and
+    are visited in a cycle)."""
     bodies = []
     for i in range(SHAPES):
         gpus = {"nvidia.com/gpu": str(1 + i % 4)} if i % 5 else {"nvidia.com/mig-1g.10gb": "1"}

@@ -890,8 +890,8 @@ def translated_part(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
     only) and resourceClaims. Its translation is the spec's (``pod_spec`` aside: the translated
     part), and so is the diff of the two. The pods of a Job, a StatefulSet or a Deployment that
     differ in their env, args or images share it."""
-    # Written out field by field: every pod review takes it (the answer cache's key), and this
-    # form costs half of a comprehension over the field names.
+    # Written out field by field: every translation and the provisioner's memo key take it, and
+    # this form costs half of a comprehension over the field names.
     part: dict[str, Any] = {}
     for key in pod_spec:
         if key not in _PART_KEYS:

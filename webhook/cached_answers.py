@@ -204,7 +204,7 @@ class Answer:
 
 
 def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
-    """Kept on the cluster view until it changes, as the pod rule's own answers are."""
+    """Kept on the cluster view until it changes: any change of a watched kind drops them."""
     return cluster.derived("pod-rule-encoded-answers", lambda _: LRU(2048))
 
 

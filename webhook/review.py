@@ -158,7 +158,7 @@ def decode_review(body: bytes | str) -> AdmissionRequest:
 @dataclass(frozen=True)
 class Patch:
     """An RFC 6902 JSON patch, the one form a mutation takes: its operations, and its wire form
-    (base64 of its JSON) made once, so every pod of one shape shares one encoding."""
+    (base64 of its JSON)."""
 
     ops: tuple[dict[str, Any], ...]
 

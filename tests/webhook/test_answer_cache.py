@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
+from gpucluster.webhook import server
 from gpucluster.webhook.admission import Admission, admit
 from gpucluster.webhook.cached_answers import answer_key
 from gpucluster.webhook.review import decode_patch
@@ -29,11 +31,26 @@ from tests.webhook.test_pods_properties import gpu_pods
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 
 
+@pytest.fixture(autouse=True)
+def _decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    DECODED.clear()
+    real = server.decode_review
+
+    def recorded(b: bytes | str) -> Any:
+        DECODED.append(b if isinstance(b, bytes) else b.encode())
+        return real(b)
+
+    monkeypatch.setattr(server, "decode_review", recorded)
+
+
 def body(obj: dict[str, Any], *, user: str | None = None) -> bytes:
     r = review(obj, namespace="ml")
     if user is not None:
         r["request"]["userInfo"] = {"username": user}
     return json.dumps(r).encode()
+
+
+DECODED: list[bytes] = []  # the reviews the server decoded whole, not answered from a kept answer
 
 
 def served(bodies: list[bytes], state: ClusterState) -> list[dict[str, Any]]:
@@ -74,6 +91,7 @@ def test_pods_of_one_workload_share_one_patch_that_keeps_each_pods_own_name() ->
     assert patched["metadata"]["name"] == "train-2"
     assert patched["spec"]["resourceClaims"] and "nvidia.com/gpu" not in str(patched["spec"]["containers"])
     assert fresh(bodies[0]).creates == fresh(bodies[1]).creates
+    assert bodies[:1] == DECODED  # the second was answered with the first's kept answer
 
 
 def test_labels_annotations_and_requester_are_part_of_the_answer() -> None:
@@ -180,8 +198,12 @@ def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
 
 def test_pods_that_differ_only_in_env_args_images_and_their_index_share_one_answer() -> None:
     # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, kept once.
-    first, second = (answer_key(body(own(replica(0), i))) for i in (0, 1))
-    assert first is not None and second is not None and first.key == second.key
+    bodies = [body(own(replica(0), i)) for i in range(3)]
+    first, second, third = served(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert bodies[:1] == DECODED
+    assert first["response"]["patch"] == second["response"]["patch"] == third["response"]["patch"]
+    keys = {k.key for k in map(answer_key, bodies) if k is not None}
+    assert len(keys) == 1
 
 
 def test_node_name_and_scheduling_gates_are_part_of_the_answer() -> None:

@@ -300,3 +300,34 @@ def test_a_validating_review_never_gets_a_kept_mutation() -> None:
     mutated, validated = asyncio.run(both())
     assert "patch" in mutated["response"]
     assert "patch" not in validated["response"] and validated["response"]["allowed"]
+
+
+def test_a_pod_without_metadata_and_one_with_empty_metadata_get_their_own_keys() -> None:
+    # The rule's patch adds /metadata/labels to the one and cannot to the other.
+    bare, empty = base(), base()
+    del bare["request"]["object"]["metadata"]
+    empty["request"]["object"]["metadata"] = {}
+    assert key(bare) != key(empty)
+
+
+def test_answers_are_kept_per_settings() -> None:
+    state = ClusterState.from_objects([NAMESPACE])
+    body = json.dumps(base()).encode()
+
+    async def under(mode: str) -> Any:
+        app = server.build_app(state, Settings(translation_mode=mode))  # type: ignore[arg-type]
+        async with TestClient(TestServer(app)) as client:
+            return await (await client.post("/mutate", data=body, headers=HEADERS)).json()
+
+    assert "patch" in asyncio.run(under("auto"))["response"]
+    assert "patch" not in asyncio.run(under("off"))["response"]  # same view, same key, other settings
+
+
+def test_a_kept_answer_is_counted_under_its_own_outcome() -> None:
+    opted_out = base()
+    _meta(opted_out)["labels"]["gpucluster.nvidia.com/translate"] = "false"
+    bodies = [json.dumps(r).encode() for r in (opted_out, opted_out, base(), base())]
+    *_, (_, metrics) = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    rule = 'rule="pods.mutate.gpucluster.nvidia.com"'
+    assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="skipped",{rule}}} 2.0' in metrics
+    assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="mutated",{rule}}} 2.0' in metrics
