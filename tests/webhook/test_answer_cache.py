@@ -6,41 +6,29 @@ answers included, and is checked against the full path on a view that has answer
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import jsonpatch
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL, templates_annotation, translate_pod
-from gpucluster.webhook import server
-from gpucluster.webhook.admission import Admission, admit
+from gpucluster.webhook.admission import admit
 from gpucluster.webhook.cached_answers import answer_key
 from gpucluster.webhook.review import decode_patch
-from gpucluster.webhook.server import build_app
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
+from tests.webhook.served import NAMESPACE, Decodes, fresh, post
 from tests.webhook.test_pods_properties import gpu_pods
 
-NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
 
-
-@pytest.fixture(autouse=True)
-def _decodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    DECODED.clear()
-    real = server.decode_review
-
-    def recorded(b: bytes | str) -> Any:
-        DECODED.append(b if isinstance(b, bytes) else b.encode())
-        return real(b)
-
-    monkeypatch.setattr(server, "decode_review", recorded)
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> Decodes:
+    return Decodes(monkeypatch)
 
 
 def body(obj: dict[str, Any], *, user: str | None = None) -> bytes:
@@ -50,38 +38,22 @@ def body(obj: dict[str, Any], *, user: str | None = None) -> bytes:
     return json.dumps(r).encode()
 
 
-DECODED: list[bytes] = []  # the reviews the server decoded whole, not answered from a kept answer
-
-
 def served(bodies: list[bytes], state: ClusterState) -> list[dict[str, Any]]:
     """The server's answers to ``bodies``, in order, on ``state`` (where its kept answers live)."""
-
-    async def post() -> list[dict[str, Any]]:
-        out = []
-        async with TestClient(TestServer(build_app(state, Settings()))) as client:
-            for b in bodies:
-                resp = await client.post("/mutate", data=b, headers={"Content-Type": "application/json"})
-                assert resp.status == 200
-                out.append(await resp.json())
-        return out
-
-    return asyncio.run(post())
+    answers, _ = post(bodies, state)
+    assert all(status == 200 for status, _ in answers)
+    return [answer for _, answer in answers]
 
 
 def answer(obj: dict[str, Any], state: ClusterState, *, user: str | None = None) -> dict[str, Any]:
     return served([body(obj, user=user)], state)[0]
 
 
-def fresh(b: bytes) -> Admission:
-    """The full path's answer on a view that has answered nothing."""
-    return admit(b, path="mutate", cluster=ClusterState.from_objects([NAMESPACE]), settings=Settings())
-
-
 def replica(i: int, **kw: Any) -> dict[str, Any]:
     return pod(container("cuda", {"nvidia.com/gpu": "2"}), name=f"train-{i}", **kw)
 
 
-def test_pods_of_one_workload_share_one_patch_that_keeps_each_pods_own_name() -> None:
+def test_pods_of_one_workload_share_one_patch_that_keeps_each_pods_own_name(decodes: Decodes) -> None:
     state = ClusterState.from_objects([NAMESPACE])
     bodies = [body(replica(1)), body(replica(2))]
     first, second = served(bodies, state)
@@ -91,7 +63,7 @@ def test_pods_of_one_workload_share_one_patch_that_keeps_each_pods_own_name() ->
     assert patched["metadata"]["name"] == "train-2"
     assert patched["spec"]["resourceClaims"] and "nvidia.com/gpu" not in str(patched["spec"]["containers"])
     assert fresh(bodies[0]).creates == fresh(bodies[1]).creates
-    assert bodies[:1] == DECODED  # the second was answered with the first's kept answer
+    assert decodes.bodies == bodies[:1]  # the second was answered with the first's kept answer
 
 
 def test_labels_annotations_and_requester_are_part_of_the_answer() -> None:
@@ -196,11 +168,11 @@ def test_a_renamed_template_keeps_each_pods_own_spec() -> None:
         assert out == expected.response
 
 
-def test_pods_that_differ_only_in_env_args_images_and_their_index_share_one_answer() -> None:
+def test_pods_that_differ_only_in_env_args_images_and_their_index_share_one_answer(decodes: Decodes) -> None:
     # A Job's indexed pods, a StatefulSet's, a rollout's builds: one answer, kept once.
     bodies = [body(own(replica(0), i)) for i in range(3)]
     first, second, third = served(bodies, ClusterState.from_objects([NAMESPACE]))
-    assert bodies[:1] == DECODED
+    assert decodes.bodies == bodies[:1]
     assert first["response"]["patch"] == second["response"]["patch"] == third["response"]["patch"]
     keys = {k.key for k in map(answer_key, bodies) if k is not None}
     assert len(keys) == 1

@@ -5,7 +5,6 @@ CREATE has no key, and keeps the full decode's answer or error."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import json
@@ -14,23 +13,19 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpucluster.webhook.server as server
 from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
-from gpucluster.webhook.admission import HOOKS, admit
+from gpucluster.webhook.admission import HOOKS
 from gpucluster.webhook.cached_answers import answer_key
 from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
+from tests.webhook.served import NAMESPACE, Decodes, fresh, post
 from tests.webhook.test_answer_cache import own
 from tests.webhook.test_pods_properties import gpu_pods
-
-NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
-HEADERS = {"Content-Type": "application/json"}
 
 
 def base() -> dict[str, Any]:
@@ -161,35 +156,6 @@ def test_a_review_that_is_not_plainly_a_pod_create_has_no_key(case: str) -> None
     assert answer_key(NO_KEY[case]) is None
 
 
-async def _answers(bodies: list[bytes], state: ClusterState) -> list[tuple[int, Any]]:
-    app = server.build_app(state, Settings())
-    out = []
-    async with TestClient(TestServer(app)) as client:
-        for body in bodies:
-            resp = await client.post("/mutate", data=body, headers=HEADERS)
-            out.append((resp.status, await resp.json() if resp.status == 200 else await resp.text()))
-        metrics = await (await client.get("/metrics")).text()
-    out.append((0, metrics))
-    return out
-
-
-def fresh(body: bytes) -> Any:
-    """The full decode's answer on a view that has answered nothing yet."""
-    return admit(body, path="mutate", cluster=ClusterState.from_objects([NAMESPACE]), settings=Settings()).response
-
-
-class Decodes:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        real = server.decode_review
-
-        def counting(body: bytes | str) -> Any:
-            self.count += 1
-            return real(body)
-
-        monkeypatch.setattr(server, "decode_review", counting)
-
-
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
@@ -206,19 +172,19 @@ def test_every_answer_is_the_full_decodes_own(
             SPLITS[change](r)
         bodies.append(orjson.dumps(r))
     decodes = Decodes(monkeypatch)
-    answers = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
     for body, (status, got) in zip(bodies, answers, strict=False):
         assert status == 200
-        assert got == fresh(body)
+        assert got == fresh(body).response
     distinct = {answer_key(b).key for b in bodies if answer_key(b) is not None}  # type: ignore[union-attr]
-    assert decodes.count == len(distinct)  # every other review was answered from its key
+    assert len(decodes.bodies) == len(distinct)  # every other review was answered from its key
 
 
 def test_the_next_pod_is_answered_without_decoding_it_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     bodies = [orjson.dumps(review(own(base()["request"]["object"], i), namespace="ml")) for i in range(3)]
     decodes = Decodes(monkeypatch)
-    *answers, (_, metrics) = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
-    assert decodes.count == 1
+    answers, metrics = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert decodes.bodies == bodies[:1]
     uids = [json.loads(b)["request"]["uid"] for b in bodies]
     assert [a["response"]["uid"] for _, a in answers] == uids
     assert answers[1][1]["response"]["patch"] == answers[0][1]["response"]["patch"]
@@ -231,8 +197,8 @@ def test_the_next_pod_is_answered_without_decoding_it_and_counted(monkeypatch: p
 
 @pytest.mark.parametrize("case", ["dryRun not a boolean", "not UTF-8 where unread", "an object of another apiVersion"])
 def test_a_review_the_full_decode_refuses_is_refused_after_its_shape_was_answered(case: str) -> None:
-    (ok, _), (status, text), _ = asyncio.run(
-        _answers([json.dumps(base()).encode(), NO_KEY[case]], ClusterState.from_objects([NAMESPACE]))
+    ((ok, _), (status, text)), _ = post(
+        [json.dumps(base()).encode(), NO_KEY[case]], ClusterState.from_objects([NAMESPACE])
     )
     assert ok == 200 and status == 400 and "cannot decode AdmissionReview" in text
 
@@ -252,7 +218,7 @@ def test_a_rule_error_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         "gpucluster.webhook.admission.HOOKS", tuple(h if h is not hook else _with_rule(h, flaky) for h in HOOKS)
     )
     bodies = [orjson.dumps(review(own(base()["request"]["object"], i), namespace="ml")) for i in range(3)]
-    (_, first), (_, second), (_, third), _ = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    ((_, first), (_, second), (_, third)), _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
     assert "request not checked" in first["response"]["warnings"][0] and "patch" not in first["response"]
     assert second["response"]["patch"] and third["response"]["patch"] == second["response"]["patch"]
     assert calls["n"] == 2  # the error was answered once; the next review ran the rule, the third was kept
@@ -265,11 +231,11 @@ def _with_rule(hook: Any, rule: Callable[..., Any]) -> Any:
 def test_a_change_of_the_cluster_view_drops_the_kept_answers() -> None:
     state = ClusterState.from_objects([NAMESPACE])
     body = json.dumps(base()).encode()
-    (_, before), _ = asyncio.run(_answers([body], state))
+    ((_, before),), _ = post([body], state)
     state.upsert(
         "Namespace", {**NAMESPACE, "metadata": {"name": "ml", "labels": {"gpucluster.nvidia.com/translate": "false"}}}
     )
-    (_, after), _ = asyncio.run(_answers([body], state))
+    ((_, after),), _ = post([body], state)
     assert "patch" in before["response"] and "patch" not in after["response"]
 
 
@@ -278,9 +244,9 @@ def test_a_change_of_the_cluster_view_drops_the_kept_answers() -> None:
 )
 def test_a_review_the_sparse_read_cannot_take_gets_the_full_decodes_answer(case: str) -> None:
     body = NO_KEY[case]
-    (status, got), _ = asyncio.run(_answers([body], ClusterState.from_objects([NAMESPACE])))
+    ((status, got),), _ = post([body], ClusterState.from_objects([NAMESPACE]))
     try:
-        expected: Any = fresh(body)
+        expected: Any = fresh(body).response
     except Exception as exc:  # the full decode refuses it: so does the server, with a 400
         assert status == 400 and "cannot decode AdmissionReview" in got, exc
     else:
@@ -289,15 +255,9 @@ def test_a_review_the_sparse_read_cannot_take_gets_the_full_decodes_answer(case:
 
 def test_a_validating_review_never_gets_a_kept_mutation() -> None:
     body = json.dumps(base()).encode()
-
-    async def both() -> tuple[Any, Any]:
-        app = server.build_app(ClusterState.from_objects([NAMESPACE]), Settings())
-        async with TestClient(TestServer(app)) as client:
-            mutated = await (await client.post("/mutate", data=body, headers=HEADERS)).json()
-            validated = await (await client.post("/validate", data=body, headers=HEADERS)).json()
-        return mutated, validated
-
-    mutated, validated = asyncio.run(both())
+    state = ClusterState.from_objects([NAMESPACE])
+    ((_, mutated),), _ = post([body], state)
+    ((_, validated),), _ = post([body], state, path="validate")  # the same view: the mutation is kept
     assert "patch" in mutated["response"]
     assert "patch" not in validated["response"] and validated["response"]["allowed"]
 
@@ -314,20 +274,17 @@ def test_answers_are_kept_per_settings() -> None:
     state = ClusterState.from_objects([NAMESPACE])
     body = json.dumps(base()).encode()
 
-    async def under(mode: str) -> Any:
-        app = server.build_app(state, Settings(translation_mode=mode))  # type: ignore[arg-type]
-        async with TestClient(TestServer(app)) as client:
-            return await (await client.post("/mutate", data=body, headers=HEADERS)).json()
-
-    assert "patch" in asyncio.run(under("auto"))["response"]
-    assert "patch" not in asyncio.run(under("off"))["response"]  # same view, same key, other settings
+    ((_, auto),), _ = post([body], state, settings=Settings(translation_mode="auto"))
+    ((_, off),), _ = post([body], state, settings=Settings(translation_mode="off"))
+    assert "patch" in auto["response"]
+    assert "patch" not in off["response"]  # same view, same key, other settings
 
 
 def test_a_kept_answer_is_counted_under_its_own_outcome() -> None:
     opted_out = base()
     _meta(opted_out)["labels"]["gpucluster.nvidia.com/translate"] = "false"
     bodies = [json.dumps(r).encode() for r in (opted_out, opted_out, base(), base())]
-    *_, (_, metrics) = asyncio.run(_answers(bodies, ClusterState.from_objects([NAMESPACE])))
+    _, metrics = post(bodies, ClusterState.from_objects([NAMESPACE]))
     rule = 'rule="pods.mutate.gpucluster.nvidia.com"'
     assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="skipped",{rule}}} 2.0' in metrics
     assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="mutated",{rule}}} 2.0' in metrics
