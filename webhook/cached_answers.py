@@ -208,7 +208,7 @@ def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
     return cluster.derived("pod-rule-encoded-answers", lambda _: LRU(2048))
 
 
-class Slot:
+class AnswerSlot:
     """Where the answer to one keyed review is kept: found there, or kept there once the full
     decode has answered. The view's store is taken before the rule runs, so an answer is never
     filed under a view that changed meanwhile."""

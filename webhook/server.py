@@ -174,16 +174,15 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         cluster, settings = app[CLUSTER_KEY], app[SETTINGS_KEY]
         # A workload's next pod: its answer was given before, and is found without decoding the pod.
         keyed = cached_answers.answer_key(body) if path == "mutate" else None
-        slot = cached_answers.Slot(keyed, cluster, settings) if keyed is not None else None
-        if slot is not None and (found := slot.found) is not None:
+        kept = cached_answers.AnswerSlot(keyed, cluster, settings) if keyed is not None else None
+        if kept is not None and (found := kept.found) is not None:
             elapsed = time.perf_counter() - started
             metrics.observe(found.rule, "CREATE", found.outcome, path, elapsed)
-            if log.isEnabledFor(logging.DEBUG) or found.outcome == "denied":
-                log.info(
-                    "review path=%s uid=%s kind=Pod op=CREATE ns=%s name=%s outcome=%s ms=%.2f (answered before)",
-                    path, slot.keyed.uid, slot.keyed.namespace, slot.keyed.name, found.outcome, elapsed * 1000,
-                )  # fmt: skip
-            return web.Response(body=found.encode(slot.keyed.uid), content_type="application/json")
+            ids = kept.keyed
+            _log_review(
+                path, ids.uid, "Pod", "CREATE", ids.namespace, ids.name, found.outcome, elapsed, " (answered before)"
+            )
+            return web.Response(body=found.encode(ids.uid), content_type="application/json")
         try:
             review = decode_review(body)
         except ReviewDecodeError as exc:
@@ -197,18 +196,33 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
         elapsed = time.perf_counter() - started
         outcome = admission.verdict.outcome or ("allowed" if admission.verdict.allowed else "denied")
         metrics.observe(admission.rule, admission.request.operation, outcome, path, elapsed)
-        if log.isEnabledFor(logging.DEBUG) or outcome in ("denied", "error"):
-            req = admission.request
-            log.info(
-                "review path=%s uid=%s kind=%s op=%s ns=%s name=%s outcome=%s ms=%.2f",
-                path, req.uid, req.kind, req.operation, req.namespace, req.name, outcome, elapsed * 1000,
-            )  # fmt: skip
+        req = admission.request
+        _log_review(path, req.uid, req.kind, req.operation, req.namespace, req.name, outcome, elapsed)
         encoded = orjson.dumps(admission.response)
-        if slot is not None and admission.hook is not None and outcome != "error":
-            slot.keep(encoded, admission.rule, outcome)
+        if kept is not None and admission.hook is not None and outcome != "error":
+            kept.keep(encoded, admission.rule, outcome)
         return web.Response(body=encoded, content_type="application/json")
 
     return handle
+
+
+def _log_review(
+    path: str,
+    uid: str,
+    kind: str,
+    operation: str,
+    namespace: str,
+    name: str,
+    outcome: str,
+    elapsed: float,
+    note: str = "",
+) -> None:
+    """One line per review refused or failed, and per review at DEBUG."""
+    if log.isEnabledFor(logging.DEBUG) or outcome in ("denied", "error"):
+        log.info(
+            "review path=%s uid=%s kind=%s op=%s ns=%s name=%s outcome=%s ms=%.2f%s",
+            path, uid, kind, operation, namespace, name, outcome, elapsed * 1000, note,
+        )  # fmt: skip
 
 
 async def _answer_and_close(request: web.Request, status: int, text: str) -> web.StreamResponse:
