@@ -9,9 +9,10 @@ Three loads:
 
 * pods as ReplicaSets send them (20 workloads x 100 pods): after a workload's first pod, the
   answer is cached;
-* 5,000 shapes: pods of distinct specs (an env value, an image, a hostname, an index label and
-  annotation of their own, as the pods of an indexed Job or a StatefulSet have, or of workloads
-  rolled out build after build), cycled in order. They differ in nothing the pod rule reads, so
+* 5,000 shapes: pods of distinct specs (an env value, an image, a memory amount, a hostname, an
+  index label and annotation of their own, as the pods of an indexed Job or a StatefulSet have,
+  or of workloads rolled out build after build or sized by the VerticalPodAutoscaler), cycled in
+  order. They differ in nothing the pod rule reads, so
   they share an answer (the server keeps answers keyed by what the rule reads, taken from the
   review's bytes by a sparse read: webhook.cached_answers): every review is read for its key;
 * 5,000 shapes, no answer shared: the same pods with a container name of their own, so that
@@ -94,15 +95,16 @@ SHAPES = 5000
 
 
 def _distinct_bodies(*, named: bool = False) -> list[bytes]:
-    """5,000 pods of distinct specs (each its own env value and image; ``named``: its own container
-    name too: then every review misses the kept answers, which hold fewer entries than this and
-    are visited in a cycle)."""
+    """5,000 pods of distinct specs (each its own env value, image and memory amount; ``named``:
+    its own container name too: then every review misses the kept answers, which hold fewer
+    entries than this and are visited in a cycle)."""
     bodies = []
     for i in range(SHAPES):
         gpus = {"nvidia.com/gpu": str(1 + i % 4)} if i % 5 else {"nvidia.com/mig-1g.10gb": "1"}
         worker = container(f"worker-{i}" if named else "worker", gpus)
         worker["env"] = [{"name": "JOB_COMPLETION_INDEX", "value": str(i)}]
         worker["image"] = f"registry.example.com/train/worker:build-{i}"
+        worker["resources"]["limits"]["memory"] = f"{1 + i % 64}Gi"  # sized per pod, as VPA does
         # The labels, annotation and hostname of a StatefulSet's or an indexed Job's pod.
         labels = {
             "app": "train",

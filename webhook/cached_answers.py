@@ -8,13 +8,14 @@ every field the answer does not depend on without building it) into :func:`answe
 key was answered before, the answer is the stored encoding with this review's uid in it.
 
 The key holds what the pod rule's answer depends on (``webhook.rules.pods.mutate_pod_request``),
-read from the JSON text: of each container its name, restartPolicy and
-resources; the pod's resourceClaims, nodeName and schedulingGates; whether there are labels and
-annotations and the values of the keys the rule reads or writes; the namespace; whether the pod has
-metadata; whether a node sends it; and the review's apiVersion (the answer's). A review that is not
-plainly a Pod CREATE as the API server sends it (any field of an unexpected type, a subresource,
-an object of another kind) has no key: it takes the full decode, which answers it or says what is
-wrong with it.
+read from the JSON text: of each container its name, restartPolicy and resources (of cpu, memory
+and the other names without a domain, only that they are there); the pod's resourceClaims,
+nodeName and schedulingGates; whether there are labels and annotations and the values of the keys
+the rule reads or writes; the namespace; whether the pod has metadata; whether a node sends it;
+and the review's apiVersion (the answer's). A review that is not plainly a Pod CREATE as the API
+server sends it (any field of an unexpected type, a subresource, an object of another kind, a
+field resources do not have) has no key: it takes the full decode, which answers it or says what
+is wrong with it.
 
 Two differences from the full decode remain, neither in what kube-apiserver sends: numbers in
 fields the key does not read are checked for their syntax only (orjson also refuses those beyond
@@ -40,10 +41,16 @@ from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 _ABSENT = msgspec.Raw()  # empty: no JSON value is, so it stands for a field that is not there
 
 
+class _Resources(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    limits: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    requests: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    claims: msgspec.Raw = _ABSENT
+
+
 class _Container(msgspec.Struct, gc=False):
     name: msgspec.Raw = _ABSENT
     restartPolicy: msgspec.Raw = _ABSENT
-    resources: msgspec.Raw = _ABSENT
+    resources: _Resources | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class _Spec(msgspec.Struct, gc=False):
@@ -178,7 +185,28 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
         return False
     if listed is None:
         return None
-    return tuple([(bytes(c.name), bytes(c.restartPolicy), bytes(c.resources)) for c in listed])
+    return tuple([(bytes(c.name), bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
+
+
+def _resources(resources: _Resources | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
+    if resources is msgspec.UNSET:
+        return False
+    if resources is None:
+        return None
+    return (_amounts(resources.limits), _amounts(resources.requests), bytes(resources.claims))
+
+
+def _amounts(amounts: dict[str, msgspec.Raw] | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
+    """A container's limits or requests as the rule reads them: every name, in order, and the
+    amount of each that has a domain. No name without one (cpu, memory, ephemeral-storage,
+    hugepages-*) is ever translated, watched or a GPU-sharing qualifier, so only whether it is
+    there counts (whether limits stay once the GPUs are taken out): pods that differ only in
+    those amounts share an answer."""
+    if amounts is msgspec.UNSET:
+        return False
+    if amounts is None:
+        return None
+    return tuple([(name, bytes(amount)) if "/" in name else name for name, amount in amounts.items()])
 
 
 def _string(raw: msgspec.Raw) -> str | None:

@@ -102,8 +102,9 @@ def template_named(obj: dict[str, Any], response: dict[str, Any]) -> str:
 
 
 def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
-    """``obj`` as pod ``i`` of its workload: every container's env, args and image its own, and
-    the labels, annotations and hostname a StatefulSet's or an indexed Job's pod has of its own."""
+    """``obj`` as pod ``i`` of its workload: every container's env, args, image, and cpu and memory
+    amounts its own, and the labels, annotations and hostname a StatefulSet's or an indexed Job's
+    pod has of its own."""
     out = json.loads(json.dumps(obj))
     meta = out["metadata"]
     meta["name"] = f"job-{i}"
@@ -118,6 +119,12 @@ def own(obj: dict[str, Any], i: int) -> dict[str, Any]:
         c["env"] = [{"name": "JOB_COMPLETION_INDEX", "value": str(i)}]
         c["args"] = [f"--rank={i}"]
         c["image"] = f"registry.example.com/train:{i}"
+        # Sized per pod: amounts of names without a domain (cpu, memory ...) are never read.
+        resources = c.setdefault("resources", {})
+        for section in ("limits", "requests"):
+            for name in resources.get(section) or {}:
+                if "/" not in name:
+                    resources[section][name] = f"{i + 1}Mi" if name == "memory" else f"{100 + i}m"
     return out
 
 

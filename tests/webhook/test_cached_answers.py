@@ -59,6 +59,11 @@ def _container(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return _set(lambda r: _spec(r)["containers"][0], field, value)
 
 
+def _resources(r: dict[str, Any]) -> dict[str, Any]:
+    resources: dict[str, Any] = _spec(r)["containers"][0]["resources"]
+    return resources
+
+
 def _drop_metadata(r: dict[str, Any]) -> None:
     del r["request"]["object"]["metadata"]
 
@@ -72,6 +77,12 @@ SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
     "container name": _container("name", "other"),
     "container restartPolicy": _container("restartPolicy", "Always"),
     "container resources": _container("resources", {"limits": {"nvidia.com/gpu": "3"}}),
+    "a cpu limit taken out": lambda r: (_resources(r).get("limits") or {}).pop("cpu", None),
+    "memory requested": lambda r: _resources(r).__setitem__("requests", {"memory": "1Gi"}),
+    "null limits": _container("resources", {"limits": None}),
+    "null resources": _container("resources", None),
+    "no resources": _pop(lambda r: _spec(r)["containers"][0], "resources"),
+    "container claims": lambda r: _resources(r).__setitem__("claims", [{"name": "mine"}]),
     "a second container": lambda r: _spec(r)["containers"].append(container("two", {"nvidia.com/gpu": "1"})),
     "init containers": _set(_spec, "initContainers", [container("init", {"nvidia.com/gpu": "1"})]),
     "resourceClaims": _set(_spec, "resourceClaims", [{"name": "mine", "resourceClaimName": "c"}]),
@@ -111,6 +122,20 @@ def test_what_the_rule_never_reads_does_not_split_the_key() -> None:
     assert a.key == b.key and a.uid != b.uid
 
 
+def test_amounts_of_names_without_a_domain_do_not_split_the_key() -> None:
+    # What the key leaves out must not change the answer either: the full decode, on a fresh
+    # view each, gives both pods the same patch.
+    sized = []
+    for cpu, memory, scratch, pages in [("500m", "1Gi", "10Gi", "2Mi"), ("7", "31Gi", "1Ti", "40Mi")]:
+        r = base()
+        _resources(r)["limits"].update({"cpu": cpu, "memory": memory, "ephemeral-storage": scratch})
+        _resources(r)["requests"] = {"cpu": cpu, "hugepages-2Mi": pages}
+        sized.append(r)
+    assert key(sized[0]) == key(sized[1])
+    patches = [fresh(orjson.dumps(r)).response["response"]["patch"] for r in sized]
+    assert patches[0] == patches[1]
+
+
 def _not(r: dict[str, Any], *path: str, value: Any) -> dict[str, Any]:
     out = copy.deepcopy(r)
     at = out
@@ -133,6 +158,12 @@ NO_KEY: dict[str, bytes] = {
     "dryRun not a boolean": json.dumps(_not(base(), "request", "dryRun", value="yes")).encode(),
     "a null spec": json.dumps(_not(base(), "request", "object", "spec", value=None)).encode(),
     "labels not a map": json.dumps(_not(base(), "request", "object", "metadata", "labels", value=["a"])).encode(),
+    "a field resources do not have": json.dumps(
+        _not(base(), "request", "object", "spec", "containers", value=[{"name": "c", "resources": {"gpus": 1}}])
+    ).encode(),
+    "limits not a map": json.dumps(
+        _not(base(), "request", "object", "spec", "containers", value=[{"name": "c", "resources": {"limits": [1]}}])
+    ).encode(),
     "a container not a map": json.dumps(_not(base(), "request", "object", "spec", "containers", value=[1])).encode(),
     "an old object": json.dumps(_not(base(), "request", "oldObject", value={"kind": "Pod"})).encode(),
     "another review kind": json.dumps(_not(base(), "kind", value="TokenReview")).encode(),
