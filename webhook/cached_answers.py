@@ -8,14 +8,21 @@ every field the answer does not depend on without building it) into :func:`answe
 key was answered before, the answer is the stored encoding with this review's uid in it.
 
 The key holds what the pod rule's answer depends on (``webhook.rules.pods.mutate_pod_request``),
-read from the JSON text: of each container its name, restartPolicy and resources (of cpu, memory
-and the other names without a domain, only that they are there); the pod's resourceClaims,
-nodeName and schedulingGates; whether there are labels and annotations and the values of the keys
-the rule reads or writes; the namespace; whether the pod has metadata; whether a node sends it;
-and the review's apiVersion (the answer's). A review that is not plainly a Pod CREATE as the API
-server sends it (any field of an unexpected type, a subresource, an object of another kind, a
-field resources do not have) has no key: it takes the full decode, which answers it or says what
-is wrong with it.
+read from the JSON text: of each container its restartPolicy and resources (of cpu, memory and the
+other names without a domain, only that they are there); the containers' names; the pod's
+resourceClaims, nodeName and schedulingGates; whether there are labels and annotations and the
+values of the keys the rule reads or writes; the namespace; whether the pod has metadata; whether
+a node sends it; and the review's apiVersion (the answer's). A review that is not plainly a Pod
+CREATE as the API server sends it (any field of an unexpected type, a subresource, an object of
+another kind, a field resources do not have) has no key: it takes the full decode, which answers
+it or says what is wrong with it.
+
+Of the containers' names, when each is a DNS label (as kube-apiserver admits them) and none is
+taken twice, only their sorted order is in the key: pods whose containers are named for the pod
+share an answer. A translation names containers only in its translated-from annotation (sorted
+by name); the kept answer is put together with the review's names there. An answer that says
+more than an allowed patch (warnings name containers too) is kept under the names themselves.
+An answer is split around the names only once a review with other names asks for it.
 
 Two differences from the full decode remain, neither in what kube-apiserver sends: numbers in
 fields the key does not read are checked for their syntax only (orjson also refuses those beyond
@@ -26,7 +33,11 @@ mean the same).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import msgspec
@@ -34,7 +45,7 @@ import orjson
 
 from gpucluster.clusterstate import ClusterState
 from gpucluster.lru import LRU
-from gpucluster.policy import Settings
+from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.webhook.review import API_VERSION, KIND
 from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 
@@ -120,6 +131,7 @@ class Keyed(NamedTuple):
     uid: str
     name: str
     namespace: str
+    names: tuple[bytes, ...] | None = None  # the containers' names, when the key holds their order only
 
 
 def answer_key(body: bytes) -> Keyed | None:
@@ -166,18 +178,47 @@ def _key(body: bytes) -> Keyed | None:
     else:
         namespace, picked = request.namespace, (False,)
     user = request.userInfo.username if request.userInfo is not None else ""
+    listed = [*(spec.containers or ()), *(spec.initContainers or ())]
+    names = _names(listed)
     key = (
         review.apiVersion,
         namespace,
         user.startswith("system:node:"),
         picked,
+        # The answer depends on the order of DNS-label names only (see _templated); other names
+        # are in the key themselves.
+        _order(names) if names is not None else (None, *[bytes(c.name) for c in listed]),
         _containers(spec.containers),
         _containers(spec.initContainers),
         bytes(spec.resourceClaims),
         bytes(spec.nodeName),
         bytes(spec.schedulingGates),
     )
-    return Keyed(key, request.uid, request.name, namespace)
+    return Keyed(key, request.uid, request.name, namespace, names)
+
+
+# A container name as kube-apiserver admits it (a DNS label), as JSON: nothing in it is escaped.
+_LABEL = re.compile(rb'"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)"')
+
+
+def _names(listed: list[_Container]) -> tuple[bytes, ...] | None:
+    """The containers' names (regular ones first), when each is a DNS label and none is taken
+    twice; None otherwise (the names themselves are then in the key)."""
+    names = []
+    for c in listed:
+        label = _LABEL.fullmatch(bytes(c.name))
+        if label is None:
+            return None
+        names.append(label.group(1))
+    return tuple(names) if len(set(names)) == len(names) else None
+
+
+def _order(names: tuple[bytes, ...]) -> tuple[int, ...]:
+    """The names' indices in sorted order: what the answer depends on of DNS-label names (the
+    translated-from annotation lists the containers by name, sorted)."""
+    if len(names) < 2:
+        return (0,) * len(names)
+    return tuple(sorted(range(len(names)), key=names.__getitem__))
 
 
 def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
@@ -185,7 +226,7 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
         return False
     if listed is None:
         return None
-    return tuple([(bytes(c.name), bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
+    return tuple([(bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
 
 
 def _resources(resources: _Resources | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
@@ -218,17 +259,39 @@ def _string(raw: msgspec.Raw) -> str | None:
     return value if isinstance(value, str) else None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Answer:
-    """An encoded answer: the response before and after its uid, and what metrics count it as."""
+    """An encoded answer: the response before and after its uid, and what metrics count it as.
+    With ``pieces``, the patch is put together from them and the review's container names (an int
+    is the name at that index), and ``tail`` ends where the patch's base64 begins."""
 
     head: bytes
     tail: bytes
     rule: str
     outcome: str
+    pieces: tuple[bytes | int, ...] = ()
+    end: bytes = b""
+    # The names last put in, and the patch's base64 with them: a workload's pods share names.
+    last: tuple[tuple[bytes, ...], bytes] | None = None
+    # Kept whole: the names of the review it answered, which other names get only once it is split.
+    made_for: tuple[bytes, ...] | None = None
 
-    def encode(self, uid: str) -> bytes:
-        return self.head + orjson.dumps(uid) + self.tail
+    def encode(self, uid: str, names: tuple[bytes, ...] | None = None) -> bytes:
+        if not self.pieces:
+            return self.head + orjson.dumps(uid) + self.tail
+        assert names is not None  # a key that holds the names' order only has them
+        last = self.last
+        if last is not None and last[0] == names:
+            patch = last[1]
+        else:
+            patch = base64.b64encode(_join(self.pieces, names))
+            self.last = (names, patch)
+        return b"".join((self.head, orjson.dumps(uid), self.tail, patch, self.end))
+
+
+# Filed under a key whose answers name containers beyond the translated-from annotation (or do
+# not take its expected form): those answers are kept under the key and the names.
+_BY_NAME = Answer(b"", b"", "", "")
 
 
 def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
@@ -244,19 +307,122 @@ class AnswerSlot:
     def __init__(self, keyed: Keyed, cluster: ClusterState, settings: Settings) -> None:
         self.keyed = keyed
         self._entries = _answers(cluster)
-        self._key: tuple[Any, ...] | None = (keyed.key, settings)
+        key = (keyed.key, settings)
+        self._key: tuple[Any, ...] | None = key
         try:
-            self.found = self._entries.get(self._key)
+            found = self._entries.get(key)
         except TypeError:  # settings that cannot be hashed: nothing is kept for them
-            self.found, self._key = None, None
+            found, self._key = None, None
+        if found is not None and found.made_for is not None and found.made_for != keyed.names:
+            # The first review of the key with other names: the answer is split around the names
+            # now (most keys are only ever asked with one set of names: theirs is kept whole).
+            templated = _templated(found)
+            if templated is not None:
+                self._entries.put(key, templated)
+                found = templated
+            else:
+                self._entries.put(key, _BY_NAME)
+                self._entries.put((*key, found.made_for), replace(found, made_for=None))
+                found = _BY_NAME
+        if found is _BY_NAME:
+            self._key = (*key, keyed.names)
+            found = self._entries.get(self._key)
+        self.found = found
+
+    def answer(self, found: Answer) -> bytes:
+        """``found`` (what this slot found) with this review's uid and container names."""
+        return found.encode(self.keyed.uid, self.keyed.names)
 
     def keep(self, encoded: bytes, rule: str, outcome: str) -> None:
         """Keep ``encoded`` (the full decode's answer to the review, as sent) for the reviews with
-        the same key. The uid is the only member of the review's own in it."""
+        the same key. The uid, and when the key holds only the order of the container names, the
+        names in the translated-from annotation, are the only members of the review's own in it."""
         if self._key is None:
             return
         uid = b'"uid":' + orjson.dumps(self.keyed.uid)
         # The first: apiVersion and kind come before the response and are constants with no uid.
         at = encoded.find(uid)
-        if at >= 0:
-            self._entries.put(self._key, Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome))
+        if at < 0:
+            return
+        names = self.keyed.names if len(self._key) == 2 else None  # else the names are in the key
+        self._entries.put(self._key, Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome, made_for=names))
+
+
+_RECORD = WEBHOOK_CONFIG.annotation
+_RECORD_PATH = "/metadata/annotations/" + _RECORD.replace("~", "~0").replace("/", "~1")
+_MARK = "\x00gpucluster-translated-from\x00"
+
+
+def _templated(answer: Answer) -> Answer | None:
+    """``answer`` (whole, for the names it was made for) with its patch in pieces around the
+    container names, which only the translated-from annotation holds; None when the response
+    holds more than an allowed patch (warnings, a status), or the annotation is not as the
+    translation writes it."""
+    head, tail, names = answer.head, answer.tail, answer.made_for
+    assert names is not None
+    body = orjson.loads(head + b'""' + tail).get("response")
+    if not isinstance(body, dict) or not set(body) <= {"uid", "allowed", "patchType", "patch"} or not body["allowed"]:
+        return None
+    encoded = body.get("patch")
+    if encoded is None:
+        return replace(answer, made_for=None)  # no patch: nothing in it names a container
+    patch = base64.b64decode(encoded)
+    ops = orjson.loads(patch)
+    found: list[str] = []
+    for op in ops:
+        if op.get("path") == _RECORD_PATH and isinstance(op.get("value"), str):
+            found.append(op["value"])
+            op["value"] = _MARK
+        elif isinstance(op.get("value"), dict):
+            _take_record(op["value"], found)
+    if len(found) != 1:
+        return None
+    record = _record_pieces(found[0], {n.decode(): i for i, n in enumerate(names)})
+    text = orjson.dumps(ops)
+    mark = orjson.dumps(_MARK)
+    before, marked, after = text.partition(mark)
+    if not marked or mark in after or record is None:
+        return None
+    escaped = [orjson.dumps(p.decode())[1:-1] if isinstance(p, bytes) else p for p in record]
+    pieces: tuple[bytes | int, ...] = (before + b'"', *escaped, b'"' + after)
+    joined = _join(pieces, names)
+    split = tail.find(b'"patch":"' + encoded.encode() + b'"')
+    if joined != patch or split < 0:
+        return None
+    return Answer(head, tail[: split + 9], answer.rule, answer.outcome, pieces, tail[split + 9 + len(encoded) :])
+
+
+def _take_record(value: dict[str, Any], found: list[str]) -> None:
+    """Mark the translated-from annotation wherever a patch op's value holds it."""
+    for k, v in value.items():
+        if k == _RECORD and isinstance(v, str):
+            found.append(v)
+            value[k] = _MARK
+        elif isinstance(v, dict):
+            _take_record(v, found)
+
+
+def _record_pieces(text: str, index: dict[str, int]) -> list[bytes | int] | None:
+    """The translated-from annotation (``{"containers": {name: requests, ...}}``, sorted, as
+    json.dumps writes it) in pieces around its container names, by their index in ``index``; None
+    unless it is exactly that with names of the review's containers."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or set(record) != {"containers"} or not isinstance(record["containers"], dict):
+        return None
+    pieces: list[bytes | int] = []
+    literal = '{"containers": {'
+    for i, (name, requests) in enumerate(record["containers"].items()):
+        if name not in index:
+            return None
+        pieces += [(literal + (", " if i else "") + '"').encode(), index[name]]
+        literal = '": ' + json.dumps(requests, sort_keys=True)
+    pieces.append((literal + "}}").encode())
+    rebuilt = _join(pieces, tuple(name.encode() for name in index))
+    return pieces if rebuilt == text.encode() else None
+
+
+def _join(pieces: Sequence[bytes | int], names: tuple[bytes, ...]) -> bytes:
+    return b"".join([p if isinstance(p, bytes) else names[p] for p in pieces])

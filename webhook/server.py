@@ -182,7 +182,7 @@ def _handler(path: Path) -> Callable[[web.Request], Awaitable[web.StreamResponse
             _log_review(
                 path, ids.uid, "Pod", "CREATE", ids.namespace, ids.name, found.outcome, elapsed, " (answered before)"
             )
-            return web.Response(body=found.encode(ids.uid), content_type="application/json")
+            return web.Response(body=kept.answer(found), content_type="application/json")
         try:
             review = decode_review(body)
         except ReviewDecodeError as exc:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import jsonpatch
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,7 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import Settings
 from gpucluster.webhook.admission import HOOKS
 from gpucluster.webhook.cached_answers import answer_key
+from gpucluster.webhook.review import decode_patch
 from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
@@ -74,7 +76,8 @@ def _pop(path: Callable[[dict[str, Any]], dict[str, Any]], field: str) -> Callab
 
 # Each row changes one thing the answer depends on: the key must change with it.
 SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
-    "container name": _container("name", "other"),
+    "a container name that is not a DNS label": _container("name", "Cuda_1"),
+    "two containers of one name": lambda r: _spec(r)["containers"].append(container("cuda")),
     "container restartPolicy": _container("restartPolicy", "Always"),
     "container resources": _container("resources", {"limits": {"nvidia.com/gpu": "3"}}),
     "a cpu limit taken out": lambda r: (_resources(r).get("limits") or {}).pop("cpu", None),
@@ -209,6 +212,83 @@ def test_every_answer_is_the_full_decodes_own(
         assert got == fresh(body).response
     distinct = {answer_key(b).key for b in bodies if answer_key(b) is not None}  # type: ignore[union-attr]
     assert len(decodes.bodies) == len(distinct)  # every other review was answered from its key
+
+
+def _renamed(obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """``obj`` with its containers (regular ones first, then init containers) named ``names``."""
+    out = copy.deepcopy(obj)
+    for c, name in zip([*out["spec"]["containers"], *out["spec"].get("initContainers", [])], names, strict=False):
+        c["name"] = name
+    return out
+
+
+# Names that also occur elsewhere in an answer (its claims, templates, resources, the patch's
+# own members), and random DNS labels.
+CONTAINER_NAMES = st.one_of(
+    st.sampled_from(["gpu", "gpu-0", "containers", "nvidia-com", "true", "uid", "patch", "path", "value", "a", "0"]),
+    st.from_regex(r"[a-z0-9]([-a-z0-9]{0,12}[a-z0-9])?", fullmatch=True),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(gpu_pods(), st.data())
+def test_pods_whose_containers_have_names_of_their_own_get_the_full_decodes_answer(
+    monkeypatch: pytest.MonkeyPatch, obj: dict[str, Any], data: st.DataObject
+) -> None:
+    count = len(obj["spec"]["containers"]) + len(obj["spec"].get("initContainers", []))
+    bodies = []
+    for i in range(4):
+        names = data.draw(st.lists(CONTAINER_NAMES, min_size=count, max_size=count, unique=True))
+        bodies.append(orjson.dumps(review(own(_renamed(obj, names), i), namespace="ml")))
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    for body, (status, got) in zip(bodies, answers, strict=False):
+        assert status == 200
+        assert got == fresh(body).response
+
+
+def test_a_workloads_pods_with_container_names_of_their_own_share_one_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a build system's or a test harness's pods are: the same workload, each container named for its pod.
+    obj = pod(container("cuda", {"nvidia.com/gpu": "2"}), container("log", cpu="100m"), name="x")
+    obj["spec"]["initContainers"] = [container("warm", {"nvidia.com/gpu": "1"})]
+    bodies = [
+        orjson.dumps(review(own(_renamed(obj, [f"w{i}", f"x{i}", f"y{i}"]), i), namespace="ml")) for i in range(5)
+    ]
+    decodes = Decodes(monkeypatch)
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert decodes.bodies == bodies[:1]
+    for i, (body, (_, got)) in enumerate(zip(bodies, answers, strict=False)):
+        assert got == fresh(body).response
+        patched = jsonpatch.apply_patch(json.loads(body)["request"]["object"], decode_patch(got))
+        record = patched["metadata"]["annotations"]["gpucluster.nvidia.com/translated-from"]
+        assert json.loads(record) == {
+            "containers": {f"w{i}": {"nvidia.com/gpu": "2"}, f"y{i}": {"nvidia.com/gpu": "1"}}
+        }
+
+
+def test_only_the_order_of_container_names_is_in_the_key() -> None:
+    obj = pod(container("cuda", {"nvidia.com/gpu": "2"}), container("log", {"nvidia.com/gpu": "1"}), name="x")
+
+    def named(*names: str) -> Any:
+        return key(review(_renamed(obj, list(names)), namespace="ml"))
+
+    assert named("a", "b") == named("c", "d") == named("a", "z")
+    assert named("b", "a") != named("a", "b")  # the annotation lists them the other way round
+    assert named("a", "B") != named("a", "b")  # not a DNS label: the names themselves are the key
+
+
+def test_answers_that_name_containers_elsewhere_are_kept_under_their_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A container asking for zero GPUs is left alone, with a warning that names it.
+    obj = pod(container("cuda", {"nvidia.com/gpu": "2"}), container("idle", {"nvidia.com/gpu": "0"}), name="x")
+    names = [["a", "b"], ["c", "d"], ["a", "b"], ["c", "d"], ["e", "f"]]
+    bodies = [orjson.dumps(review(own(_renamed(obj, n), i), namespace="ml")) for i, n in enumerate(names)]
+    decodes = Decodes(monkeypatch)
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert decodes.bodies == [bodies[0], bodies[1], bodies[4]]
+    for body, (_, got), (_, second) in zip(bodies, answers, names, strict=False):
+        assert got == fresh(body).response
+        assert any(f"container {second}" in w for w in got["response"]["warnings"])
 
 
 def test_the_next_pod_is_answered_without_decoding_it_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
