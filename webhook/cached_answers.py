@@ -24,11 +24,13 @@ by name); the kept answer is put together with the review's names there. An answ
 more than an allowed patch (warnings name containers too) is kept under the names themselves.
 An answer is split around the names only once a review with other names asks for it.
 
-Two differences from the full decode remain, neither in what kube-apiserver sends: numbers in
-fields the key does not read are checked for their syntax only (orjson also refuses those beyond
-a double's range), and the order of the spec's container lists and resourceClaims is not in the
-key (pods that differ only in it share a patch whose operations may come in another order, and
-mean the same).
+Two differences from the full decode remain, neither in what kube-apiserver sends (it writes an
+object's members in one order, and quantities as strings): numbers in fields the key does not
+read are checked for their syntax only (orjson also refuses those beyond a double's range), and
+the order in which the spec lists its members (containers, initContainers, resourceClaims) is
+not in the key: pods that differ only in it share a patch whose operations may come in another
+order, and mean the same. The order of resources' members and of labels and annotations is in
+the key; amounts in resources must be strings.
 """
 
 from __future__ import annotations
@@ -52,16 +54,10 @@ from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 _ABSENT = msgspec.Raw()  # empty: no JSON value is, so it stands for a field that is not there
 
 
-class _Resources(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    limits: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
-    requests: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
-    claims: msgspec.Raw = _ABSENT
-
-
 class _Container(msgspec.Struct, gc=False):
     name: msgspec.Raw = _ABSENT
     restartPolicy: msgspec.Raw = _ABSENT
-    resources: _Resources | msgspec.UnsetType | None = msgspec.UNSET
+    resources: msgspec.Raw = _ABSENT
 
 
 class _Spec(msgspec.Struct, gc=False):
@@ -72,16 +68,11 @@ class _Spec(msgspec.Struct, gc=False):
     schedulingGates: msgspec.Raw = _ABSENT
 
 
-class _Metadata(msgspec.Struct, gc=False):
-    namespace: msgspec.Raw = _ABSENT
-    labels: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
-    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
-
-
 class _Pod(msgspec.Struct, gc=False):
     apiVersion: str = "v1"
     kind: str = "Pod"
-    metadata: _Metadata | msgspec.UnsetType = msgspec.UNSET
+    # Members in order: the patch lists the operations on labels and annotations in their order.
+    metadata: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
     spec: _Spec | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -120,6 +111,8 @@ class _Review(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Review)
+_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_AMOUNTS = msgspec.json.Decoder(dict[str, str] | None)
 _POD = _Kind(group="", version="v1", kind="Pod")
 _REVIEW_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
 
@@ -163,17 +156,16 @@ def _key(body: bytes) -> Keyed | None:
     ):
         return None
     spec, meta = pod.spec, pod.metadata
-    if type(meta) is _Metadata:
-        labels, annotations = meta.labels, meta.annotations
-        namespace = request.namespace or _string(meta.namespace)
+    if type(meta) is dict:
+        namespace = request.namespace or _string(meta.get("namespace", _ABSENT))
         if namespace is None:
             return None
+        labels, annotations = meta.get("labels"), meta.get("annotations")
         picked: tuple[Any, ...] = (
             True,
-            None if labels is msgspec.UNSET else tuple([(k, bytes(labels[k])) for k in LABELS_READ if k in labels]),
-            None
-            if annotations is msgspec.UNSET
-            else tuple([(k, bytes(annotations[k])) for k in ANNOTATIONS_READ if k in annotations]),
+            None if labels is None else _picked(labels, LABELS_READ),
+            None if annotations is None else _picked(annotations, ANNOTATIONS_READ),
+            labels is not None and annotations is not None and next(k for k in meta if k in _TAGS) == "annotations",
         )
     else:
         namespace, picked = request.namespace, (False,)
@@ -229,25 +221,66 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
     return tuple([(bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
 
 
-def _resources(resources: _Resources | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
-    if resources is msgspec.UNSET:
+def _picked(raw: msgspec.Raw, keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    """Of the labels or annotations ``raw``, the ``keys`` there and their values."""
+    entries = _ENTRIES.decode(raw)
+    return tuple([(k, bytes(entries[k])) for k in keys if k in entries])
+
+
+_TAGS = ("labels", "annotations")
+_RESOURCES = frozenset(("limits", "requests", "claims"))
+
+
+def _resources(raw: msgspec.Raw) -> tuple[Any, ...] | bool | None:
+    """A container's resources as the rule reads them: their members in order (the patch removes
+    from limits and requests in their order), the :func:`_amounts` of limits and requests, and
+    the claims. Kept by their text: a workload's pods ask for the same."""
+    text = bytes(raw)
+    found: _Read = _READ_RESOURCES.get(text, _UNREAD)
+    if found is _UNREAD:
+        found = _read_resources(text)
+        if len(text) <= 1024:  # what a container asks for; a larger text is read, not kept
+            if len(_READ_RESOURCES) >= 4096:
+                _READ_RESOURCES.clear()
+            _READ_RESOURCES[text] = found
+    return found
+
+
+_Read = tuple[Any, ...] | bool | None
+_READ_RESOURCES: dict[bytes, _Read] = {}
+_UNREAD: Any = object()
+
+
+def _read_resources(text: bytes) -> tuple[Any, ...] | bool | None:
+    if not text:
         return False
-    if resources is None:
+    if text == b"null":
         return None
-    return (_amounts(resources.limits), _amounts(resources.requests), bytes(resources.claims))
+    resources = _ENTRIES.decode(text)
+    if not resources.keys() <= _RESOURCES:
+        raise ValueError("not a member of resources")  # the full decode takes it as it is
+    claims = resources.get("claims")
+    return (
+        tuple(resources),
+        _amounts(resources.get("limits")),
+        _amounts(resources.get("requests")),
+        None if claims is None else bytes(claims),
+    )
 
 
-def _amounts(amounts: dict[str, msgspec.Raw] | msgspec.UnsetType | None) -> tuple[Any, ...] | bool | None:
+def _amounts(raw: msgspec.Raw | None) -> tuple[Any, ...] | bool | None:
     """A container's limits or requests as the rule reads them: every name, in order, and the
     amount of each that has a domain. No name without one (cpu, memory, ephemeral-storage,
     hugepages-*) is ever translated, watched or a GPU-sharing qualifier, so only whether it is
     there counts (whether limits stay once the GPUs are taken out): pods that differ only in
-    those amounts share an answer."""
-    if amounts is msgspec.UNSET:
+    those amounts share an answer. Amounts are strings, as kube-apiserver sends quantities (any
+    other is no key: the full decode takes it)."""
+    if raw is None:
         return False
+    amounts = _AMOUNTS.decode(raw)
     if amounts is None:
         return None
-    return tuple([(name, bytes(amount)) if "/" in name else name for name, amount in amounts.items()])
+    return tuple([(name, amount) if "/" in name else name for name, amount in amounts.items()])
 
 
 def _string(raw: msgspec.Raw) -> str | None:

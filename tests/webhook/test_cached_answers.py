@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.clusterstate import ClusterState
-from gpucluster.policy import Settings
+from gpucluster.policy import WEBHOOK_CONFIG, Settings
+from gpucluster.translate import sharing_resource
 from gpucluster.webhook.admission import HOOKS
 from gpucluster.webhook.cached_answers import answer_key
 from gpucluster.webhook.review import decode_patch
@@ -79,7 +80,7 @@ SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
     "a container name that is not a DNS label": _container("name", "Cuda_1"),
     "two containers of one name": lambda r: _spec(r)["containers"].append(container("cuda")),
     "container restartPolicy": _container("restartPolicy", "Always"),
-    "container resources": _container("resources", {"limits": {"nvidia.com/gpu": "3"}}),
+    "a GPU count alone": lambda r: _resources(r).setdefault("limits", {}).__setitem__("nvidia.com/gpu", "3"),
     "a cpu limit taken out": lambda r: (_resources(r).get("limits") or {}).pop("cpu", None),
     "memory requested": lambda r: _resources(r).__setitem__("requests", {"memory": "1Gi"}),
     "null limits": _container("resources", {"limits": None}),
@@ -139,6 +140,34 @@ def test_amounts_of_names_without_a_domain_do_not_split_the_key() -> None:
     assert patches[0] == patches[1]
 
 
+def test_the_order_of_members_the_patch_follows_is_in_the_key() -> None:
+    # The patch takes the GPUs out of limits and requests, and writes labels and annotations, in
+    # the order the pod lists them: pods that list them the other way round get their own answer.
+    gpu = {"nvidia.com/gpu": "1"}
+    limits_first, requests_first, labels_first, annotations_first = base(), base(), base(), base()
+    _spec(limits_first)["containers"][0]["resources"] = {"limits": dict(gpu), "requests": dict(gpu)}
+    _spec(requests_first)["containers"][0]["resources"] = {"requests": dict(gpu), "limits": dict(gpu)}
+    _meta(labels_first).update(labels={"a": "b"}, annotations={"c": "d"})
+    annotations_first["request"]["object"]["metadata"] = {"annotations": {"c": "d"}, **_meta(labels_first)}
+    pairs = [(limits_first, requests_first), (labels_first, annotations_first)]
+    for first, second in pairs:
+        assert key(first) != key(second)
+        bodies = [orjson.dumps(first), orjson.dumps(second)]
+        answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+        assert [got for _, got in answers] == [fresh(b).response for b in bodies]
+        assert answers[0][1]["response"]["patch"] != answers[1][1]["response"]["patch"]
+
+
+def test_no_name_without_a_domain_is_read_by_amount() -> None:
+    # Why the key holds only whether cpu, memory ... are asked for: the translation reads the
+    # amounts of the names it maps, watches or takes for GPU sharing, all of which have a domain.
+    config = WEBHOOK_CONFIG
+    assert all("/" in name for name in config.mapping)
+    assert all("/" in prefix for prefix in (*config.watched_prefixes, config.mig_prefix or "/"))
+    for name in ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "gpu", "mig-1g.10gb", "gpumem", "vgpu", "Cpu"]:
+        assert config.resolve(name) is None and not config.watched(name) and not sharing_resource(name, config)
+
+
 def _not(r: dict[str, Any], *path: str, value: Any) -> dict[str, Any]:
     out = copy.deepcopy(r)
     at = out
@@ -167,6 +196,8 @@ NO_KEY: dict[str, bytes] = {
     "limits not a map": json.dumps(
         _not(base(), "request", "object", "spec", "containers", value=[{"name": "c", "resources": {"limits": [1]}}])
     ).encode(),
+    "an amount that is not a string": json.dumps(base()).encode().replace(b'"500m"', b"1"),
+    "an amount beyond a double": json.dumps(base()).encode().replace(b'"500m"', b"1e400"),
     "a container not a map": json.dumps(_not(base(), "request", "object", "spec", "containers", value=[1])).encode(),
     "an old object": json.dumps(_not(base(), "request", "oldObject", value={"kind": "Pod"})).encode(),
     "another review kind": json.dumps(_not(base(), "kind", value="TokenReview")).encode(),
@@ -238,9 +269,13 @@ def test_pods_whose_containers_have_names_of_their_own_get_the_full_decodes_answ
     monkeypatch: pytest.MonkeyPatch, obj: dict[str, Any], data: st.DataObject
 ) -> None:
     count = len(obj["spec"]["containers"]) + len(obj["spec"].get("initContainers", []))
-    bodies = []
-    for i in range(4):
+    bodies, first = [], None
+    for i in range(6):
         names = data.draw(st.lists(CONTAINER_NAMES, min_size=count, max_size=count, unique=True))
+        if first is not None and data.draw(st.booleans()):  # other names in the first pod's order
+            order = sorted(range(count), key=first.__getitem__)
+            names = [sorted(names)[order.index(k)] for k in range(count)]
+        first = first or names
         bodies.append(orjson.dumps(review(own(_renamed(obj, names), i), namespace="ml")))
     answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
     for body, (status, got) in zip(bodies, answers, strict=False):
