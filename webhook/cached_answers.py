@@ -27,10 +27,10 @@ An answer is split around the names only once a review with other names asks for
 Two differences from the full decode remain, neither in what kube-apiserver sends (it writes an
 object's members in one order, and quantities as strings): numbers in fields the key does not
 read are checked for their syntax only (orjson also refuses those beyond a double's range), and
-the order in which the spec lists its members (containers, initContainers, resourceClaims) is
-not in the key: pods that differ only in it share a patch whose operations may come in another
-order, and mean the same. The order of resources' members and of labels and annotations is in
-the key; amounts in resources must be strings.
+the order in which the spec lists its members (containers, initContainers, resourceClaims) and
+the metadata its labels and annotations is not in the key: pods that differ only in it share a
+patch whose operations may come in another order, and mean the same. The order of resources'
+members is in the key; amounts in resources must be strings.
 """
 
 from __future__ import annotations
@@ -68,11 +68,16 @@ class _Spec(msgspec.Struct, gc=False):
     schedulingGates: msgspec.Raw = _ABSENT
 
 
+class _Metadata(msgspec.Struct, gc=False):
+    namespace: msgspec.Raw = _ABSENT
+    labels: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+
+
 class _Pod(msgspec.Struct, gc=False):
     apiVersion: str = "v1"
     kind: str = "Pod"
-    # Members in order: the patch lists the operations on labels and annotations in their order.
-    metadata: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    metadata: _Metadata | msgspec.UnsetType = msgspec.UNSET
     spec: _Spec | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -156,16 +161,17 @@ def _key(body: bytes) -> Keyed | None:
     ):
         return None
     spec, meta = pod.spec, pod.metadata
-    if type(meta) is dict:
-        namespace = request.namespace or _string(meta.get("namespace", _ABSENT))
+    if type(meta) is _Metadata:
+        labels, annotations = meta.labels, meta.annotations
+        namespace = request.namespace or _string(meta.namespace)
         if namespace is None:
             return None
-        labels, annotations = meta.get("labels"), meta.get("annotations")
         picked: tuple[Any, ...] = (
             True,
-            None if labels is None else _picked(labels, LABELS_READ),
-            None if annotations is None else _picked(annotations, ANNOTATIONS_READ),
-            labels is not None and annotations is not None and next(k for k in meta if k in _TAGS) == "annotations",
+            None if labels is msgspec.UNSET else tuple([(k, bytes(labels[k])) for k in LABELS_READ if k in labels]),
+            None
+            if annotations is msgspec.UNSET
+            else tuple([(k, bytes(annotations[k])) for k in ANNOTATIONS_READ if k in annotations]),
         )
     else:
         namespace, picked = request.namespace, (False,)
@@ -208,8 +214,10 @@ def _names(listed: list[_Container]) -> tuple[bytes, ...] | None:
 def _order(names: tuple[bytes, ...]) -> tuple[int, ...]:
     """The names' indices in sorted order: what the answer depends on of DNS-label names (the
     translated-from annotation lists the containers by name, sorted)."""
-    if len(names) < 2:
-        return (0,) * len(names)
+    if len(names) == 1:
+        return (0,)
+    if len(names) == 2:
+        return (0, 1) if names[0] < names[1] else (1, 0)
     return tuple(sorted(range(len(names)), key=names.__getitem__))
 
 
@@ -221,13 +229,6 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
     return tuple([(bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
 
 
-def _picked(raw: msgspec.Raw, keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
-    """Of the labels or annotations ``raw``, the ``keys`` there and their values."""
-    entries = _ENTRIES.decode(raw)
-    return tuple([(k, bytes(entries[k])) for k in keys if k in entries])
-
-
-_TAGS = ("labels", "annotations")
 _RESOURCES = frozenset(("limits", "requests", "claims"))
 
 
