@@ -248,6 +248,8 @@ def _resources(raw: msgspec.Raw) -> tuple[Any, ...] | bool | None:
 
 
 _Read = tuple[Any, ...] | bool | None
+# Process-wide, unlike the rules' memos (kept on a cluster view): a reading of the text alone,
+# the same for every view and every settings.
 _READ_RESOURCES: dict[bytes, _Read] = {}
 _UNREAD: Any = object()
 
