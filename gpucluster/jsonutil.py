@@ -22,7 +22,8 @@ def clone(value: T) -> T:
 _MISSING = object()
 
 
-def _escape(key: str) -> str:
+def pointer_token(key: str) -> str:
+    """``key`` as one token of an RFC 6901 JSON pointer (``~`` and ``/`` escaped)."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
@@ -52,12 +53,12 @@ def _changed(original: Any, modified: Any, path: str) -> list[dict[str, Any]]:
             if other is value:
                 continue
             if other is _MISSING:
-                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+                ops.append({"op": "remove", "path": f"{path}/{pointer_token(key)}"})
             elif not (value == other and type(value) is type(other)):
-                ops += _changed(value, other, f"{path}/{_escape(key)}")
+                ops += _changed(value, other, f"{path}/{pointer_token(key)}")
         for key, value in modified.items():
             if key not in original:
-                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+                ops.append({"op": "add", "path": f"{path}/{pointer_token(key)}", "value": value})
         return ops
     if type(original) is list and type(modified) is list:
         if len(original) == len(modified):

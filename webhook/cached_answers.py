@@ -46,6 +46,7 @@ import msgspec
 import orjson
 
 from gpucluster.clusterstate import ClusterState
+from gpucluster.jsonutil import pointer_token
 from gpucluster.lru import LRU
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.webhook.review import API_VERSION, KIND
@@ -232,7 +233,7 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
 _RESOURCES = frozenset(("limits", "requests", "claims"))
 
 
-def _resources(raw: msgspec.Raw) -> tuple[Any, ...] | bool | None:
+def _resources(raw: msgspec.Raw) -> _Read:
     """A container's resources as the rule reads them: their members in order (the patch removes
     from limits and requests in their order), the :func:`_amounts` of limits and requests, and
     the claims. Kept by their text: a workload's pods ask for the same."""
@@ -254,7 +255,7 @@ _READ_RESOURCES: dict[bytes, _Read] = {}
 _UNREAD: Any = object()
 
 
-def _read_resources(text: bytes) -> tuple[Any, ...] | bool | None:
+def _read_resources(text: bytes) -> _Read:
     if not text:
         return False
     if text == b"null":
@@ -385,7 +386,7 @@ class AnswerSlot:
 
 
 _RECORD = WEBHOOK_CONFIG.annotation
-_RECORD_PATH = "/metadata/annotations/" + _RECORD.replace("~", "~0").replace("/", "~1")
+_RECORD_PATH = "/metadata/annotations/" + pointer_token(_RECORD)
 _MARK = "\x00gpucluster-translated-from\x00"
 
 
