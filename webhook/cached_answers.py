@@ -25,12 +25,17 @@ more than an allowed patch (warnings name containers too) is kept under the name
 An answer is split around the names only once a review with other names asks for it.
 
 Two differences from the full decode remain, neither in what kube-apiserver sends (it writes an
-object's members in one order, and quantities as strings): numbers in fields the key does not
-read are checked for their syntax only (orjson also refuses those beyond a double's range), and
-the order in which the spec lists its members (containers, initContainers, resourceClaims) and
-the metadata its labels and annotations is not in the key: pods that differ only in it share a
-patch whose operations may come in another order, and mean the same. The order of resources'
-members is in the key; amounts in resources must be strings.
+object's members in one order): numbers in fields the key does not read are checked for their
+syntax only (orjson also refuses those beyond a double's range), and the order in which the spec
+lists its members (containers, initContainers, resourceClaims) and the metadata its labels and
+annotations is not in the key: pods that differ only in it share a patch whose operations may
+come in another order, and mean the same. The order of resources' members is in the key.
+
+Amounts in resources are strings as kube-apiserver writes quantities, or numbers as reviews made
+from YAML write them (``nvidia.com/gpu: 1``): a number is in the key as written (1, 1.0 and "1"
+are three keys: the translated-from annotation records each as written), and only within the
+range orjson reads as msgspec does (integers of 64 bits, doubles short of the largest); any other
+amount (true, null, an object, 2**64) has no key.
 """
 
 from __future__ import annotations
@@ -118,7 +123,9 @@ class _Review(msgspec.Struct, gc=False):
 
 _DECODER = msgspec.json.Decoder(_Review)
 _ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_AMOUNTS = msgspec.json.Decoder(dict[str, str] | None)
+_AMOUNTS = msgspec.json.Decoder(dict[str, msgspec.Raw] | None)
+_STRING = msgspec.json.Decoder(str)
+_NUMBER = msgspec.json.Decoder(int | float)
 _POD = _Kind(group="", version="v1", kind="Pod")
 _REVIEW_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
 
@@ -277,14 +284,30 @@ def _amounts(raw: msgspec.Raw | None) -> tuple[Any, ...] | bool | None:
     amount of each that has a domain. No name without one (cpu, memory, ephemeral-storage,
     hugepages-*) is ever translated, watched or a GPU-sharing qualifier, so only whether it is
     there counts (whether limits stay once the GPUs are taken out): pods that differ only in
-    those amounts share an answer. Amounts are strings, as kube-apiserver sends quantities (any
-    other is no key: the full decode takes it)."""
+    those amounts share an answer. An amount is a string, as kube-apiserver sends quantities, or
+    a :func:`_number` (any other is no key: the full decode takes it)."""
     if raw is None:
         return False
     amounts = _AMOUNTS.decode(raw)
     if amounts is None:
         return None
-    return tuple([(name, amount) if "/" in name else name for name, amount in amounts.items()])
+    read: list[Any] = []
+    for name, text in amounts.items():
+        written = bytes(text)
+        amount = _STRING.decode(written) if written[:1] == b'"' else _number(written)
+        read.append((name, amount) if "/" in name else name)
+    return tuple(read)
+
+
+def _number(text: bytes) -> tuple[str, bytes]:
+    """An amount written as a JSON number: its text, which no string amount equals (Python holds
+    1, 1.0 and -0.0 == 0.0 equal, the answer does not: the translated-from annotation records
+    each as written). Only numbers orjson reads as msgspec does: integers of 64 bits (orjson
+    makes a float of a larger one, or refuses it), doubles short of the largest."""
+    value = _NUMBER.decode(text)
+    if (-(2**63) <= value < 2**64) if type(value) is int else (-1e308 < value < 1e308):
+        return ("number", text)
+    raise ValueError("a number the full decode may read otherwise")
 
 
 def _string(raw: msgspec.Raw) -> str | None:

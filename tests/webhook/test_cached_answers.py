@@ -81,6 +81,12 @@ SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
     "two containers of one name": lambda r: _spec(r)["containers"].append(container("cuda")),
     "container restartPolicy": _container("restartPolicy", "Always"),
     "a GPU count alone": lambda r: _resources(r).setdefault("limits", {}).__setitem__("nvidia.com/gpu", "3"),
+    "a GPU count written as a number": lambda r: (
+        _resources(r).setdefault("limits", {}).__setitem__("nvidia.com/gpu", 3)
+    ),
+    "a GPU count written as a fraction": lambda r: (
+        _resources(r).setdefault("limits", {}).__setitem__("nvidia.com/gpu", 3.0)
+    ),
     "a cpu limit taken out": lambda r: (_resources(r).get("limits") or {}).pop("cpu", None),
     "memory requested": lambda r: _resources(r).__setitem__("requests", {"memory": "1Gi"}),
     "null limits": _container("resources", {"limits": None}),
@@ -154,6 +160,33 @@ def test_the_order_of_resources_members_is_in_the_key() -> None:
     assert answers[0][1]["response"]["patch"] != answers[1][1]["response"]["patch"]
 
 
+def _numbered(r: dict[str, Any], gpus: Any, cpu: Any) -> bytes:
+    """``r`` with its container's GPU count and cpu limit written as ``gpus`` and ``cpu``, JSON text."""
+    _resources(r)["limits"].update({"nvidia.com/gpu": gpus, "cpu": cpu})
+    _resources(r)["requests"] = {"nvidia.com/gpu": gpus}
+    return orjson.dumps(r)
+
+
+def test_amounts_written_as_numbers_are_answered_from_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reviews made from YAML (`nvidia.com/gpu: 1`) carry numbers: a workload's pods still share
+    # one answer, and each number is keyed as written, since the answer records it so.
+    pods = [review(own(base()["request"]["object"], i), namespace="ml") for i in range(8)]
+    written = [2, 2, 2.0, "2", 2, 2.0, -0.0, 0.0]
+    bodies = [
+        _numbered(r, gpus, cpu) for r, gpus, cpu in zip(pods, written, [1, 7, 0.5, 3, "1", 1e3, 1, 1], strict=True)
+    ]
+    keys = [answer_key(b) for b in bodies]
+    assert all(k is not None for k in keys)
+    assert len({k.key for k in keys if k is not None}) == 5  # 2, 2.0, "2", -0.0, 0.0
+    decodes = Decodes(monkeypatch)
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert [got for _, got in answers] == [fresh(b).response for b in bodies]
+    assert len(decodes.bodies) == 5
+    # The answers differ where the number is written otherwise: the record keeps it as written.
+    patches = [got["response"].get("patch") for _, got in answers]
+    assert patches[0] == patches[1] == patches[4] and patches[0] != patches[2]
+
+
 def test_no_name_without_a_domain_is_read_by_amount() -> None:
     # Why the key holds only whether cpu, memory ... are asked for: the translation reads the
     # amounts of the names it maps, watches or takes for GPU sharing, all of which have a domain.
@@ -192,8 +225,14 @@ NO_KEY: dict[str, bytes] = {
     "limits not a map": json.dumps(
         _not(base(), "request", "object", "spec", "containers", value=[{"name": "c", "resources": {"limits": [1]}}])
     ).encode(),
-    "an amount that is not a string": json.dumps(base()).encode().replace(b'"500m"', b"1"),
+    "an amount that is a boolean": json.dumps(base()).encode().replace(b'"500m"', b"true"),
+    "an amount that is null": json.dumps(base()).encode().replace(b'"500m"', b"null"),
+    "an amount that is an object": json.dumps(base()).encode().replace(b'"500m"', b"{}"),
     "an amount beyond a double": json.dumps(base()).encode().replace(b'"500m"', b"1e400"),
+    # orjson reads the largest double, and integers beyond 64 bits, otherwise than msgspec may.
+    "an amount at the largest double": json.dumps(base()).encode().replace(b'"500m"', b"1.7976931348623157e308"),
+    "an integer amount beyond 64 bits": json.dumps(base()).encode().replace(b'"500m"', b"18446744073709551616"),
+    "a GPU count beyond 64 bits": json.dumps(base()).encode().replace(b'"2"', b"-9223372036854775809"),
     "a container not a map": json.dumps(_not(base(), "request", "object", "spec", "containers", value=[1])).encode(),
     "an old object": json.dumps(_not(base(), "request", "oldObject", value={"kind": "Pod"})).encode(),
     "another review kind": json.dumps(_not(base(), "kind", value="TokenReview")).encode(),
