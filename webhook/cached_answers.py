@@ -76,8 +76,8 @@ class _Spec(msgspec.Struct, gc=False):
 
 class _Metadata(msgspec.Struct, gc=False):
     namespace: msgspec.Raw = _ABSENT
-    labels: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
-    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    labels: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class _Pod(msgspec.Struct, gc=False):
@@ -97,18 +97,19 @@ class _Resource(msgspec.Struct, gc=False):
     resource: str = ""
 
 
+# Strings the full decode reads as "" when null, as reviews made by hand may send them.
 class _User(msgspec.Struct, gc=False):
-    username: str = ""
+    username: str | None = ""
 
 
 class _Request(msgspec.Struct, gc=False):
     uid: str = ""
     kind: _Kind | None = None
     resource: _Resource | None = None
-    subResource: str = ""
+    subResource: str | None = ""
     operation: str = ""
-    name: str = ""
-    namespace: str = ""
+    name: str | None = ""
+    namespace: str | None = ""
     userInfo: _User | None = None
     object: _Pod | None = None
     oldObject: msgspec.Raw = _ABSENT
@@ -174,16 +175,10 @@ def _key(body: bytes) -> Keyed | None:
         namespace = request.namespace or _string(meta.namespace)
         if namespace is None:
             return None
-        picked: tuple[Any, ...] = (
-            True,
-            None if labels is msgspec.UNSET else tuple([(k, bytes(labels[k])) for k in LABELS_READ if k in labels]),
-            None
-            if annotations is msgspec.UNSET
-            else tuple([(k, bytes(annotations[k])) for k in ANNOTATIONS_READ if k in annotations]),
-        )
+        picked: tuple[Any, ...] = (True, _picked(labels, LABELS_READ), _picked(annotations, ANNOTATIONS_READ))
     else:
-        namespace, picked = request.namespace, (False,)
-    user = request.userInfo.username if request.userInfo is not None else ""
+        namespace, picked = request.namespace or "", (False,)
+    user = (request.userInfo.username or "") if request.userInfo is not None else ""
     listed = [*(spec.containers or ()), *(spec.initContainers or ())]
     names = _names(listed)
     key = (
@@ -200,7 +195,17 @@ def _key(body: bytes) -> Keyed | None:
         bytes(spec.nodeName),
         bytes(spec.schedulingGates),
     )
-    return Keyed(key, request.uid, request.name, namespace, names)
+    return Keyed(key, request.uid, request.name or "", namespace, names)
+
+
+def _picked(entries: dict[str, msgspec.Raw] | msgspec.UnsetType | None, read: Sequence[str]) -> Any:
+    """Of labels or annotations, the values of the keys the rule reads; whether they are there or
+    null otherwise (the patch adds a missing map, replaces a null one)."""
+    if entries is msgspec.UNSET:
+        return None
+    if entries is None:
+        return False
+    return tuple([(k, bytes(entries[k])) for k in read if k in entries])
 
 
 # A container name as kube-apiserver admits it (a DNS label), as JSON: nothing in it is escaped.

@@ -100,6 +100,8 @@ SPLITS: dict[str, Callable[[dict[str, Any]], None]] = {
     "schedulingGates": _set(_spec, "schedulingGates", [{"name": "example.com/quota"}]),
     "no labels": _pop(_meta, "labels"),
     "no annotations": _pop(_meta, "annotations"),
+    "null labels": _set(_meta, "labels", None),
+    "null annotations": _set(_meta, "annotations", None),
     "no metadata": _drop_metadata,
     "namespace": lambda r: r["request"].__setitem__("namespace", "other"),
     "namespace in metadata only": lambda r: (r["request"].pop("namespace"), _meta(r).__setitem__("namespace", "x")),
@@ -185,6 +187,31 @@ def test_amounts_written_as_numbers_are_answered_from_the_key(monkeypatch: pytes
     # The answers differ where the number is written otherwise: the record keeps it as written.
     patches = [got["response"].get("patch") for _, got in answers]
     assert patches[0] == patches[1] == patches[4] and patches[0] != patches[2]
+
+
+def test_null_strings_of_a_review_made_by_hand_read_as_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The full decode reads a null subResource, name, namespace or username as ""; so does the key.
+    plain, nulls = base(), base()
+    nulls["request"].update({"subResource": None, "name": None, "userInfo": {"username": None}})
+    nulls["request"]["namespace"] = None
+    _meta(nulls)["namespace"] = "ml"
+    assert key(plain) == key(nulls)
+    decodes = Decodes(monkeypatch)
+    bodies = [orjson.dumps(plain), orjson.dumps(nulls)]
+    answers, _ = post(bodies, ClusterState.from_objects([NAMESPACE]))
+    assert [got for _, got in answers] == [fresh(b).response for b in bodies]
+    assert len(decodes.bodies) == 1
+
+
+def test_null_labels_are_not_missing_labels() -> None:
+    # The patch replaces a null map and adds a missing one: two answers, two keys.
+    for field in ("labels", "annotations"):
+        missing, null = base(), base()
+        _meta(missing).pop(field, None)
+        _meta(null)[field] = None
+        assert key(missing) != key(null)
+        patches = [fresh(orjson.dumps(r)).response["response"]["patch"] for r in (missing, null)]
+        assert patches[0] != patches[1]
 
 
 def test_no_name_without_a_domain_is_read_by_amount() -> None:
