@@ -10,12 +10,14 @@ key was answered before, the answer is the stored encoding with this review's ui
 The key holds what the pod rule's answer depends on (``webhook.rules.pods.mutate_pod_request``),
 read from the JSON text: of each container its restartPolicy and resources (of cpu, memory and the
 other names without a domain, only that they are there); the containers' names; the pod's
-resourceClaims, nodeName and schedulingGates; whether there are labels and annotations and the
-values of the keys the rule reads or writes; the namespace; whether the pod has metadata; whether
-a node sends it; and the review's apiVersion (the answer's). A review that is not plainly a Pod
+resourceClaims, nodeName and schedulingGates; whether there are labels and annotations (missing
+or null) and the values of the keys the rule reads or writes (strings; the others are skipped
+unread); the namespace; whether the pod has metadata; whether a node sends it; and the review's
+apiVersion (the answer's). The answers are kept per settings. A review that is not plainly a Pod
 CREATE as the API server sends it (any field of an unexpected type, a subresource, an object of
 another kind, a field resources do not have) has no key: it takes the full decode, which answers
-it or says what is wrong with it.
+it or says what is wrong with it. Null strings of the request (subResource, name, namespace,
+username) read as empty, as in the full decode.
 
 Of the containers' names, when each is a DNS label (as kube-apiserver admits them) and none is
 taken twice, only their sorted order is in the key: pods whose containers are named for the pod
@@ -62,7 +64,7 @@ _ABSENT = msgspec.Raw()  # empty: no JSON value is, so it stands for a field tha
 
 class _Container(msgspec.Struct, gc=False):
     name: msgspec.Raw = _ABSENT
-    restartPolicy: msgspec.Raw = _ABSENT
+    restartPolicy: str | msgspec.UnsetType | None = msgspec.UNSET
     resources: msgspec.Raw = _ABSENT
 
 
@@ -70,14 +72,29 @@ class _Spec(msgspec.Struct, gc=False):
     containers: list[_Container] | msgspec.UnsetType | None = msgspec.UNSET
     initContainers: list[_Container] | msgspec.UnsetType | None = msgspec.UNSET
     resourceClaims: msgspec.Raw = _ABSENT
-    nodeName: msgspec.Raw = _ABSENT
+    nodeName: str | msgspec.UnsetType | None = msgspec.UNSET
     schedulingGates: msgspec.Raw = _ABSENT
+
+
+# Of labels and annotations, only the keys the rule reads (LABELS_READ, ANNOTATIONS_READ), each a
+# string as kube-apiserver admits them: the read skips the others, and the result is the key.
+class _Labels(msgspec.Struct, frozen=True, gc=False):
+    translate: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=LABELS_READ[0])
+    translated: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=LABELS_READ[1])
+
+
+class _Annotations(msgspec.Struct, frozen=True, gc=False):
+    translate: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=ANNOTATIONS_READ[0])
+    mirror: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=ANNOTATIONS_READ[1])
+    translated_from: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=ANNOTATIONS_READ[2])
+    templates: str | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=ANNOTATIONS_READ[3])
 
 
 class _Metadata(msgspec.Struct, gc=False):
     namespace: msgspec.Raw = _ABSENT
-    labels: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
-    annotations: dict[str, msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    # Missing (UNSET) and null are apart: the patch adds a missing map, replaces a null one.
+    labels: _Labels | msgspec.UnsetType | None = msgspec.UNSET
+    annotations: _Annotations | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class _Pod(msgspec.Struct, gc=False):
@@ -112,7 +129,7 @@ class _Request(msgspec.Struct, gc=False):
     namespace: str | None = ""
     userInfo: _User | None = None
     object: _Pod | None = None
-    oldObject: msgspec.Raw = _ABSENT
+    oldObject: None = None  # a CREATE has none: any other is no key
     dryRun: bool = False
 
 
@@ -165,7 +182,6 @@ def _key(body: bytes) -> Keyed | None:
         or pod is None
         or pod.kind != "Pod"
         or pod.apiVersion != "v1"
-        or bytes(request.oldObject) not in (b"", b"null")
         or type(pod.spec) is not _Spec
     ):
         return None
@@ -175,7 +191,7 @@ def _key(body: bytes) -> Keyed | None:
         namespace = request.namespace or _string(meta.namespace)
         if namespace is None:
             return None
-        picked: tuple[Any, ...] = (True, _picked(labels, LABELS_READ), _picked(annotations, ANNOTATIONS_READ))
+        picked: tuple[Any, ...] = (True, labels, annotations)
     else:
         namespace, picked = request.namespace or "", (False,)
     user = (request.userInfo.username or "") if request.userInfo is not None else ""
@@ -192,20 +208,10 @@ def _key(body: bytes) -> Keyed | None:
         _containers(spec.containers),
         _containers(spec.initContainers),
         bytes(spec.resourceClaims),
-        bytes(spec.nodeName),
+        spec.nodeName,
         bytes(spec.schedulingGates),
     )
     return Keyed(key, request.uid, request.name or "", namespace, names)
-
-
-def _picked(entries: dict[str, msgspec.Raw] | msgspec.UnsetType | None, read: Sequence[str]) -> Any:
-    """Of labels or annotations, the values of the keys the rule reads; whether they are there or
-    null otherwise (the patch adds a missing map, replaces a null one)."""
-    if entries is msgspec.UNSET:
-        return None
-    if entries is None:
-        return False
-    return tuple([(k, bytes(entries[k])) for k in read if k in entries])
 
 
 # A container name as kube-apiserver admits it (a DNS label), as JSON: nothing in it is escaped.
@@ -217,11 +223,23 @@ def _names(listed: list[_Container]) -> tuple[bytes, ...] | None:
     twice; None otherwise (the names themselves are then in the key)."""
     names = []
     for c in listed:
-        label = _LABEL.fullmatch(bytes(c.name))
+        text = bytes(c.name)
+        label = _LABELS.get(text, _UNREAD)
+        if label is _UNREAD:
+            match = _LABEL.fullmatch(text)
+            label = None if match is None else match.group(1)
+            if len(_LABELS) >= 4096:
+                _LABELS.clear()
+            _LABELS[text] = label
         if label is None:
             return None
-        names.append(label.group(1))
+        names.append(label)
     return tuple(names) if len(set(names)) == len(names) else None
+
+
+# Container names as JSON text, and the DNS label each is (None: it is not one). A workload's pods
+# share their names.
+_LABELS: dict[bytes, bytes | None] = {}
 
 
 def _order(names: tuple[bytes, ...]) -> tuple[int, ...]:
@@ -239,7 +257,7 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
         return False
     if listed is None:
         return None
-    return tuple([(bytes(c.restartPolicy), _resources(c.resources)) for c in listed])
+    return tuple([(c.restartPolicy, _resources(c.resources)) for c in listed])
 
 
 _RESOURCES = frozenset(("limits", "requests", "claims"))
@@ -359,9 +377,20 @@ class Answer:
 _BY_NAME = Answer(b"", b"", "", "")
 
 
-def _answers(cluster: ClusterState) -> LRU[tuple[Any, ...], Answer]:
-    """Kept on the cluster view until it changes: any change of a watched kind drops them."""
-    return cluster.derived("pod-rule-encoded-answers", lambda _: LRU(2048))
+def _answers(cluster: ClusterState, settings: Settings) -> LRU[Any, Answer]:
+    """The answers given under ``settings``, kept on the cluster view until it changes: any change
+    of a watched kind drops them. Raises TypeError for settings that cannot be hashed."""
+    stores = cluster.derived("pod-rule-encoded-answers", _stores)
+    entries = stores.get(settings)
+    if entries is None:
+        if len(stores) >= 8:  # a server answers under one settings; tests under a few
+            stores.clear()
+        entries = stores[settings] = LRU(2048)
+    return entries
+
+
+def _stores(_: ClusterState) -> dict[Settings, LRU[Any, Answer]]:
+    return {}
 
 
 class AnswerSlot:
@@ -371,27 +400,30 @@ class AnswerSlot:
 
     def __init__(self, keyed: Keyed, cluster: ClusterState, settings: Settings) -> None:
         self.keyed = keyed
-        self._entries = _answers(cluster)
-        key = (keyed.key, settings)
-        self._key: tuple[Any, ...] | None = key
+        self._by_name = False
         try:
-            found = self._entries.get(key)
+            entries = _answers(cluster, settings)
         except TypeError:  # settings that cannot be hashed: nothing is kept for them
-            found, self._key = None, None
+            self._entries, self._key, self.found = None, None, None
+            return
+        self._entries = entries
+        key: Any = keyed.key
+        self._key = key
+        found = entries.get(key)
         if found is not None and found.made_for is not None and found.made_for != keyed.names:
             # The first review of the key with other names: the answer is split around the names
             # now (most keys are only ever asked with one set of names: theirs is kept whole).
             templated = _templated(found)
             if templated is not None:
-                self._entries.put(key, templated)
+                entries.put(key, templated)
                 found = templated
             else:
-                self._entries.put(key, _BY_NAME)
-                self._entries.put((*key, found.made_for), replace(found, made_for=None))
+                entries.put(key, _BY_NAME)
+                entries.put((key, found.made_for), replace(found, made_for=None))
                 found = _BY_NAME
         if found is _BY_NAME:
-            self._key = (*key, keyed.names)
-            found = self._entries.get(self._key)
+            self._key, self._by_name = (key, keyed.names), True
+            found = entries.get(self._key)
         self.found = found
 
     def answer(self, found: Answer) -> bytes:
@@ -402,14 +434,14 @@ class AnswerSlot:
         """Keep ``encoded`` (the full decode's answer to the review, as sent) for the reviews with
         the same key. The uid, and when the key holds only the order of the container names, the
         names in the translated-from annotation, are the only members of the review's own in it."""
-        if self._key is None:
+        if self._entries is None:
             return
         uid = b'"uid":' + orjson.dumps(self.keyed.uid)
         # The first: apiVersion and kind come before the response and are constants with no uid.
         at = encoded.find(uid)
         if at < 0:
             return
-        names = self.keyed.names if len(self._key) == 2 else None  # else the names are in the key
+        names = None if self._by_name else self.keyed.names  # by name: the names are in the key
         self._entries.put(self._key, Answer(encoded[: at + 6], encoded[at + len(uid) :], rule, outcome, made_for=names))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
+import msgspec
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +22,7 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import sharing_resource
 from gpucluster.webhook.admission import HOOKS
-from gpucluster.webhook.cached_answers import answer_key
+from gpucluster.webhook.cached_answers import _Annotations, _Labels, answer_key
 from gpucluster.webhook.review import decode_patch
 from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 from tests.webhook.pods import container, pod
@@ -214,6 +215,15 @@ def test_null_labels_are_not_missing_labels() -> None:
         assert patches[0] != patches[1]
 
 
+def test_the_key_reads_exactly_the_labels_and_annotations_the_rule_reads() -> None:
+    # The sparse read names them one by one; the rule's lists are the source.
+    assert [f.encode_name for f in msgspec.structs.fields(_Labels)] == list(LABELS_READ)
+    assert [f.encode_name for f in msgspec.structs.fields(_Annotations)] == list(ANNOTATIONS_READ)
+    unread = base()
+    _meta(unread)["labels"] = {"app": 1, "team": None}  # not the rule's: neither read nor checked
+    assert answer_key(json.dumps(unread).encode()) is not None
+
+
 def test_no_name_without_a_domain_is_read_by_amount() -> None:
     # Why the key holds only whether cpu, memory ... are asked for: the translation reads the
     # amounts of the names it maps, watches or takes for GPU sharing, all of which have a domain.
@@ -246,6 +256,13 @@ NO_KEY: dict[str, bytes] = {
     "dryRun not a boolean": json.dumps(_not(base(), "request", "dryRun", value="yes")).encode(),
     "a null spec": json.dumps(_not(base(), "request", "object", "spec", value=None)).encode(),
     "labels not a map": json.dumps(_not(base(), "request", "object", "metadata", "labels", value=["a"])).encode(),
+    "a label the rule reads, not a string": json.dumps(
+        _not(base(), "request", "object", "metadata", "labels", value={LABELS_READ[0]: 1})
+    ).encode(),
+    "an annotation the rule reads, null": json.dumps(
+        _not(base(), "request", "object", "metadata", "annotations", value={ANNOTATIONS_READ[2]: None})
+    ).encode(),
+    "an old object on a create": json.dumps(_not(base(), "request", "oldObject", value={})).encode(),
     "a field resources do not have": json.dumps(
         _not(base(), "request", "object", "spec", "containers", value=[{"name": "c", "resources": {"gpus": 1}}])
     ).encode(),
