@@ -47,7 +47,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import orjson
@@ -148,7 +148,7 @@ _POD = _Kind(group="", version="v1", kind="Pod")
 _REVIEW_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
 
 
-class Keyed(NamedTuple):
+class Keyed(msgspec.Struct, gc=False):
     """A review's :func:`answer_key`, with what its answer and its log line need of the review."""
 
     key: tuple[Any, ...]
@@ -257,7 +257,8 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
         return False
     if listed is None:
         return None
-    return tuple([(c.restartPolicy, _resources(c.resources)) for c in listed])
+    read = _READ_RESOURCES.get  # a kept reading at once; a reading that is false (none, null) or new: _resources
+    return tuple([(c.restartPolicy, read(bytes(c.resources)) or _resources(c.resources)) for c in listed])
 
 
 _RESOURCES = frozenset(("limits", "requests", "claims"))
