@@ -359,6 +359,20 @@ class Answer:
     last: tuple[tuple[bytes, ...], bytes] | None = None
     # Kept whole: the names of the review it answered, which other names get only once it is split.
     made_for: tuple[bytes, ...] | None = None
+    # The patch's base64 is encoded once where the names do not reach: up to the last whole
+    # 3-byte group of the first piece (``cut`` bytes), and the last piece from each of its first
+    # three bytes on. Only what lies between is encoded per review.
+    cut: int = 0
+    encoded_head: bytes = b""
+    encoded_tails: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.pieces:
+            first, last = self.pieces[0], self.pieces[-1]
+            assert isinstance(first, bytes) and isinstance(last, bytes)
+            self.cut = len(first) - len(first) % 3
+            self.encoded_head = base64.b64encode(first[: self.cut])
+            self.encoded_tails = tuple(base64.b64encode(last[r:]) for r in range(min(3, len(last) + 1)))
 
     def encode(self, uid: str, names: tuple[bytes, ...] | None = None) -> bytes:
         if not self.pieces:
@@ -368,9 +382,20 @@ class Answer:
         if last is not None and last[0] == names:
             patch = last[1]
         else:
-            patch = base64.b64encode(_join(self.pieces, names))
+            patch = self._patch(names)
             self.last = (names, patch)
         return b"".join((self.head, orjson.dumps(uid), self.tail, patch, self.end))
+
+    def _patch(self, names: tuple[bytes, ...]) -> bytes:
+        """The patch's base64 with ``names`` in it."""
+        pieces = self.pieces
+        first, final = pieces[0], pieces[-1]
+        assert isinstance(first, bytes) and isinstance(final, bytes)
+        between = b"".join([first[self.cut :], *[p if type(p) is bytes else names[p] for p in pieces[1:-1]]])  # type: ignore[index]
+        taken = -len(between) % 3  # bytes of the last piece that complete the last group
+        if taken >= len(self.encoded_tails):
+            return base64.b64encode(_join(pieces, names))
+        return self.encoded_head + base64.b64encode(between + final[:taken]) + self.encoded_tails[taken]
 
 
 # Filed under a key whose answers name containers beyond the translated-from annotation (or do

@@ -5,6 +5,7 @@ CREATE has no key, and keeps the full decode's answer or error."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import json
@@ -22,7 +23,7 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.policy import WEBHOOK_CONFIG, Settings
 from gpucluster.translate import sharing_resource
 from gpucluster.webhook.admission import HOOKS
-from gpucluster.webhook.cached_answers import _Annotations, _Labels, answer_key
+from gpucluster.webhook.cached_answers import Answer, _Annotations, _Labels, answer_key
 from gpucluster.webhook.review import decode_patch
 from gpucluster.webhook.rules.pods import ANNOTATIONS_READ, LABELS_READ
 from tests.webhook.pods import container, pod
@@ -513,3 +514,22 @@ def test_a_kept_answer_is_counted_under_its_own_outcome() -> None:
     rule = 'rule="pods.mutate.gpucluster.nvidia.com"'
     assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="skipped",{rule}}} 2.0' in metrics
     assert f'gpucluster_webhook_reviews_total{{operation="CREATE",outcome="mutated",{rule}}} 2.0' in metrics
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=8),
+    st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=5)), max_size=4),
+    st.integers(0, 2),
+    st.binary(max_size=7),
+    st.lists(st.binary(min_size=1, max_size=9), min_size=3, max_size=3),
+)
+def test_a_patch_put_together_with_names_is_the_base64_of_the_whole(
+    first: bytes, middle: list[tuple[int, bytes]], index: int, last: bytes, names: list[bytes]
+) -> None:
+    # The base64 encoded once around the names, and the part between encoded per review, give the
+    # base64 of the whole patch, whatever the lengths (each group of 3 bytes falls anywhere).
+    pieces: tuple[bytes | int, ...] = (first, index, *[p for pair in middle for p in pair], last)
+    answer = Answer(b"{", b"}", "pods", "mutated", pieces)
+    whole = b"".join([p if isinstance(p, bytes) else names[p] for p in pieces])
+    assert answer.encode("u", tuple(names)) == b'{"u"}' + base64.b64encode(whole)
