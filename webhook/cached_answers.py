@@ -226,6 +226,8 @@ def _names(listed: list[_Container]) -> tuple[bytes, ...] | None:
         text = bytes(c.name)
         label = _LABELS.get(text, _UNREAD)
         if label is _UNREAD:
+            if len(text) > 65:  # longer than a DNS label and its quotes: not one, and not kept
+                return None
             match = _LABEL.fullmatch(text)
             label = None if match is None else match.group(1)
             if len(_LABELS) >= 4096:
@@ -237,8 +239,8 @@ def _names(listed: list[_Container]) -> tuple[bytes, ...] | None:
     return tuple(names) if len(set(names)) == len(names) else None
 
 
-# Container names as JSON text, and the DNS label each is (None: it is not one). A workload's pods
-# share their names.
+# Container names as JSON text (at most 65 bytes), and the DNS label each is (None: it is not one).
+# A workload's pods share their names.
 _LABELS: dict[bytes, bytes | None] = {}
 
 

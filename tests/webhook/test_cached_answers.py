@@ -533,3 +533,20 @@ def test_a_patch_put_together_with_names_is_the_base64_of_the_whole(
     answer = Answer(b"{", b"}", "pods", "mutated", pieces)
     whole = b"".join([p if isinstance(p, bytes) else names[p] for p in pieces])
     assert answer.encode("u", tuple(names)) == b'{"u"}' + base64.b64encode(whole)
+
+
+def test_container_names_kept_by_their_text_are_bounded() -> None:
+    # Names are read once per text, up to 4,096 texts of at most a DNS label's length: a review
+    # with huge names (no API server sends one) is read, and none of it is kept.
+    from gpucluster.webhook import cached_answers
+
+    huge = base()
+    _spec(huge)["containers"][0]["name"] = "a" * 100_000
+    keyed = answer_key(json.dumps(huge).encode())
+    assert keyed is not None and keyed.names is None  # the name itself is in the key
+    assert all(len(text) <= 65 for text in cached_answers._LABELS)
+    for i in range(5000):
+        many = base()
+        _spec(many)["containers"][0]["name"] = f"c-{i}"
+        answer_key(json.dumps(many).encode())
+    assert len(cached_answers._LABELS) <= 4096
