@@ -233,3 +233,40 @@ def test_existing_claims_for_the_same_class_leave_the_pod_alone() -> None:
     out = mutate(obj, template)
     resp = out.response["response"]
     assert "patch" not in resp and "already claims gpu.nvidia.com" in resp["warnings"][0]
+
+
+def test_one_translation_serves_every_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shape is translated once for all namespaces; what each namespace holds (here a template of
+    # the same name with another spec in "taken") is read per review, and each pod's templates are
+    # created in its own namespace.
+    import gpucluster.webhook.rules.pods as rule
+
+    translated: list[Any] = []
+    real = rule.translate_pod_spec
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        translated.append(kwargs.get("namespace"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rule, "translate_pod_spec", counted)
+    obj = pod(container("cuda", {"nvidia.com/gpu": "2"}))
+    first = mutate(obj)
+    name = first.creates[0]["metadata"]["name"]
+    squatter = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "taken"},
+        "spec": {"spec": {"devices": {"requests": []}}},
+    }
+    state = ClusterState.from_objects([NAMESPACE, squatter])
+    bodies = {ns: json.dumps(review(obj, namespace=ns)) for ns in ("ml", "team-a", "taken")}
+    outs = {ns: admit(body, path="mutate", cluster=state, settings=Settings()) for ns, body in bodies.items()}
+    assert len(translated) == 2  # once for the first view, once for the second: not per namespace
+    for ns, out in outs.items():
+        [template] = out.creates
+        assert template["metadata"]["namespace"] == ns
+        # The same answer as on a view that translates for this namespace alone.
+        alone = ClusterState.from_objects([NAMESPACE, *([squatter] if ns == "taken" else [])])
+        assert out.response == admit(bodies[ns], path="mutate", cluster=alone, settings=Settings()).response
+    assert outs["ml"].creates[0]["metadata"]["name"] == outs["team-a"].creates[0]["metadata"]["name"] == name
+    assert outs["taken"].creates[0]["metadata"]["name"] != name  # renamed there only

@@ -109,9 +109,9 @@ class _SpecMemo:
 
     The pods of a Deployment, Job or StatefulSet share one spec, or differ only in what a
     translation never reads (env, args, images: see :func:`translated_part`), so at scale most
-    reviews repeat a translation already made. A translation's key is the exact JSON of the part
-    of the spec it reads, the namespace (templates carry it), the existing translated-from
-    annotation and the native mappings; values are shared and never modified.
+    reviews repeat a translation already made, in any namespace. A translation's key is the exact
+    JSON of the part of the spec it reads, the existing translated-from annotation and the native
+    mappings; values are shared and never modified.
     """
 
     translations: LRU[tuple[Any, ...], tuple[Translation, list[dict[str, Any]]]] = field(
@@ -125,19 +125,18 @@ def _spec_memo(cluster: ClusterState) -> _SpecMemo:
 
 
 def _translate(
-    memo: _SpecMemo, part: Mapping[str, Any], part_key: bytes, namespace: str, marker: str | None, native: _Native
+    memo: _SpecMemo, part: Mapping[str, Any], part_key: bytes, marker: str | None, native: _Native
 ) -> tuple[Translation, list[dict[str, Any]]]:
     """The translation of a spec's :func:`translated_part` (``part_key`` its JSON) and its patch
-    operations (the spec's own: the part keeps the spec's paths), made once per key."""
+    operations (the spec's own: the part keeps the spec's paths), made once per key for every
+    namespace (its templates name none: what a namespace holds is read after, by the rule)."""
     config, native_key = native
-    key = (part_key, namespace, marker, native_key)
+    key = (part_key, marker, native_key)
     found = memo.translations.get(key)
     if found is not None:
         return found
     annotations = {config.annotation: marker} if marker is not None else None
-    translation = translate_pod_spec(
-        part, namespace=namespace, existing_annotations=annotations, config=config, share=True
-    )
+    translation = translate_pod_spec(part, namespace=None, existing_annotations=annotations, config=config, share=True)
     entry = (translation, diff(part, translation.pod_spec, "/spec") if translation.changed else [])
     memo.translations.put(key, entry)
     return entry
@@ -264,7 +263,7 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     marker = annotations.get(config.annotation) if annotations else None
-    translation, spec_ops = _translate(memo, part, part_key, namespace, marker, native)
+    translation, spec_ops = _translate(memo, part, part_key, marker, native)
     # A container left alone for GPU sharing gets the short form of its reason (the long one
     # does not fit in a warning).
     sharing = {shared.problem: shared for shared in translation.shared}
@@ -317,6 +316,8 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     ops = diff({"metadata": pod["metadata"]} if "metadata" in pod else {}, {"metadata": new_meta}) + spec_ops
     # creates: what the controller provisions once the pod exists (admit_request empties it for a
     # dryRun review: that pod never exists).
+    if namespace:  # the shared translation's templates name none
+        templates = [{**t, "metadata": {**t["metadata"], "namespace": namespace}} for t in templates]
     return Verdict(patch=Patch(tuple(ops)), creates=templates, warnings=warnings, outcome="mutated")
 
 
