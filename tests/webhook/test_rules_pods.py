@@ -270,3 +270,24 @@ def test_one_translation_serves_every_namespace(monkeypatch: pytest.MonkeyPatch)
         assert out.response == admit(bodies[ns], path="mutate", cluster=alone, settings=Settings()).response
     assert outs["ml"].creates[0]["metadata"]["name"] == outs["team-a"].creates[0]["metadata"]["name"] == name
     assert outs["taken"].creates[0]["metadata"]["name"] != name  # renamed there only
+
+
+@pytest.mark.parametrize(
+    ("field", "key", "value"),
+    [
+        ("annotations", "gpucluster.nvidia.com/translated-from", {}),
+        ("annotations", "gpucluster.nvidia.com/claim-templates", 1),
+        ("labels", TRANSLATE_LABEL, None),
+    ],
+)
+def test_a_label_or_annotation_the_rule_reads_that_is_not_a_string_is_reported(
+    field: str, key: str, value: Any
+) -> None:
+    # kube-apiserver admits only strings there; a review made by hand gets a warning, not a crash.
+    obj = pod(container("cuda", {"nvidia.com/gpu": "1"}))
+    obj["metadata"][field] = {key: value}
+    out = mutate(obj)
+    resp = out.response["response"]
+    assert resp["allowed"] is True and "patch" not in resp
+    assert resp["warnings"] == [f"not translated: metadata.{field}[{key!r}] is not a string"]
+    assert out.verdict.outcome == "warned"

@@ -187,6 +187,18 @@ def _spec_well_formed(spec: Any) -> bool:
     return True
 
 
+def _not_a_string(pod: Mapping[str, Any]) -> str | None:
+    """The first label or annotation the rule reads whose value is not a string, as kube-apiserver
+    admits only strings there (a review made by hand may hold anything)."""
+    meta = metadata(pod)
+    for field_name, keys in (("labels", LABELS_READ), ("annotations", ANNOTATIONS_READ)):
+        entries = meta.get(field_name) or {}
+        for key in keys:
+            if key in entries and not isinstance(entries[key], str):
+                return f"metadata.{field_name}[{key!r}]"
+    return None
+
+
 def _meta_well_formed(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata", {})
     if not isinstance(meta, dict):
@@ -243,6 +255,9 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     wanted = _spec_gpu_resources(memo, part, part_key)
     if not wanted:  # no GPU asked for, or a malformed spec
         return Verdict.allow(outcome="skipped")
+    malformed = _not_a_string(pod)
+    if malformed is not None:
+        return Verdict.allow(short_warning(f"not translated: {malformed} is not a string"))
     namespace = request.namespace or str(metadata(pod).get("namespace") or "")
     if namespace == settings.operator_namespace:
         return Verdict.allow(outcome="skipped")
