@@ -32,11 +32,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"kubectl get gpucluster; kubectl get pods -n {NAMESPACE}; kubectl logs -n {NAMESPACE} deploy/{RELEASE}-gpucluster -c controller"
         )
         print("Ctrl-C to stop")
-        # Short sleeps: Python runs its handler (KeyboardInterrupt) on the main thread, which a long
-        # sleep keeps from doing when the kernel hands SIGINT to another thread (helm-python-sdk's
-        # Go runtime, the sandbox's threads): the stop then waited for the hour to pass.
         while True:
-            time.sleep(0.5)
+            time.sleep(3600)
     except KeyboardInterrupt:
         return 0
     finally:

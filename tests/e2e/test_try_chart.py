@@ -17,9 +17,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ctrl_c_stops_cleanly_and_leaves_no_kubeconfig(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "sandbox.kubeconfig"
+    # Ctrl-C as a terminal sends it: the suite may run as a background job, whose children inherit
+    # an ignored SIGINT (POSIX), and Python then installs no KeyboardInterrupt handler at all.
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.try_chart", "--kubeconfig-out", str(kubeconfig)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     seen: list[str] = []
     waiting = threading.Event()
