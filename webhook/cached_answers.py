@@ -259,8 +259,7 @@ def _containers(listed: list[_Container] | msgspec.UnsetType | None) -> tuple[An
         return False
     if listed is None:
         return None
-    read = _READ_RESOURCES.get  # a kept reading at once; a reading that is false (none, null) or new: _resources
-    return tuple([(c.restartPolicy, read(bytes(c.resources)) or _resources(c.resources)) for c in listed])
+    return tuple([(c.restartPolicy, _resources(c.resources)) for c in listed])
 
 
 _RESOURCES = frozenset(("limits", "requests", "claims"))

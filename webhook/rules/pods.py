@@ -329,10 +329,10 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
     # The metadata diffed as a member of the pod, so a pod without metadata gets it added whole;
     # the members the translation leaves are the same objects on both sides, skipped at once.
     ops = diff({"metadata": pod["metadata"]} if "metadata" in pod else {}, {"metadata": new_meta}) + spec_ops
-    # creates: what the controller provisions once the pod exists (admit_request empties it for a
-    # dryRun review: that pod never exists).
     if namespace:  # the shared translation's templates name none
         templates = [{**t, "metadata": {**t["metadata"], "namespace": namespace}} for t in templates]
+    # creates: what the controller provisions once the pod exists (admit_request empties it for a
+    # dryRun review: that pod never exists).
     return Verdict(patch=Patch(tuple(ops)), creates=templates, warnings=warnings, outcome="mutated")
 
 
