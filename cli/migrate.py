@@ -148,9 +148,12 @@ def _migrate_tree(
             )
         out_root = Path(args.output)
         resolved_in, resolved_out = root.resolve(), out_root.resolve()
-        if resolved_out == resolved_in or resolved_in in resolved_out.parents:
+        # Neither inside the other: an output within the source is migrated again on the next run,
+        # a source within the output has its own files overwritten by the mirrored copy.
+        if resolved_out == resolved_in or resolved_in in resolved_out.parents or resolved_out in resolved_in.parents:
             raise InputError(
-                f"-o {args.output}: must be outside {args.filename} (a directory is never migrated in place)"
+                f"-o {args.output}: must be outside {args.filename} and not hold it "
+                "(a directory is never migrated in place)"
             )
         if out_root.exists() and not out_root.is_dir():
             raise InputError(f"-o {args.output}: exists and is not a directory")

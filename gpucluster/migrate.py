@@ -1093,6 +1093,26 @@ def _objects(doc: Any) -> Iterator[MutableMapping[str, Any]]:
         yield mapping
 
 
+def _check_objects(doc: Any, text: str, source: str, document: int) -> None:
+    """Refuse a document that is not an object, or a ``List`` with an item that is not, when its
+    ``text`` names a GPU resource: passed over, its GPU requests would go unreported (kubectl and
+    the other commands refuse such documents). Without one it is left alone, as any other YAML a
+    manifest tree may hold (an Ansible playbook is a list)."""
+    if not _MENTIONS_GPU.search(text):
+        return
+    why = "it names a GPU resource"
+    mapping = _mapping(doc)
+    if mapping is None:
+        what = "list" if _seq(doc) is not None else "scalar"
+        raise InputError(f"{source}: document {document} is a {what}, expected a Kubernetes object ({why})")
+    kind = mapping.get("kind")
+    items = _seq(mapping.get("items"))
+    if isinstance(kind, str) and kind.endswith("List") and items is not None:
+        for position, item in enumerate(items):
+            if _mapping(item) is None:
+                raise InputError(f"{source}: document {document} ({kind}): items[{position}] is not an object ({why})")
+
+
 def _template_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = _mapping(obj.get("metadata")) or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -1245,6 +1265,8 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
             raise InputError(
                 f"{source}:{chunk.line + 1}: invalid YAML (in the document starting here): {exc}"
             ) from None
+    for document, (chunk, doc) in enumerate(((c, d) for c, d in zip(chunks, parsed, strict=True) if d is not None), 1):
+        _check_objects(doc, chunk.body, source, document)
     present = {
         _template_key(obj) for doc in parsed for obj in _objects(doc) if obj.get("kind") == "ResourceClaimTemplate"
     }
@@ -1450,6 +1472,7 @@ def _json_error(source: str, exc: json.JSONDecodeError) -> InputError:
 
 def _migrate_json(data: Any, text: str, source: str, config: TranslationConfig, opt_out: str | None) -> MigrateResult:
     result = MigrateResult(source, text, changed=False)
+    _check_objects(data, text, source, 1)
     if not isinstance(data, dict):
         return result
     before = plain(data)

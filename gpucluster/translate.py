@@ -630,6 +630,9 @@ def _analyse(
                 continue
             counts[resource] = count
             originals[resource] = _quantity_text(limit)
+        claims = resources.get("claims")
+        if claims is not None and not isinstance(claims, list):
+            invalid.append("resources.claims is not a list")
         if invalid:
             problems.extend(f"{label}: {why}; container left unchanged" for why in invalid)
             continue
@@ -815,8 +818,13 @@ def translate_pod_spec(
         )
         return translation
 
+    listed = pod_spec.get("resourceClaims")
+    if listed is not None and not isinstance(listed, list):
+        # null is absent (as kube-apiserver reads it); anything else is not a pod spec to rewrite.
+        translation.problems.append("spec.resourceClaims is not a list; pod left unchanged")
+        return translation
     claims, _ = _build_claims(containers, config, namespace)
-    existing = {str(rc.get("name")) for rc in _as_list(pod_spec.get("resourceClaims")) if isinstance(rc, Mapping)}
+    existing = {str(rc.get("name")) for rc in _as_list(listed) if isinstance(rc, Mapping)}
     free = (f"{config.claim_prefix}-{k}" for k in count())
     for claim in claims:  # names the pod already uses are skipped: gpu-0 taken, ours start at gpu-1
         claim.name = next(name for name in free if name not in existing)
@@ -839,12 +847,10 @@ def translate_pod_spec(
     # by _rewritten); the rest of ``out`` may be ``pod_spec``'s own (share=True).
     for source in {c.source for c in containers}:
         out[source] = list(out[source])
-    if isinstance(out.get("resourceClaims"), list):
-        out["resourceClaims"] = list(out["resourceClaims"])
+    claim_list = out["resourceClaims"] = list(_as_list(listed))
     for claim in claims:
         tpl_name = claim.template["metadata"]["name"]
         templates.setdefault(tpl_name, claim.template)
-        claim_list = out.setdefault("resourceClaims", [])
         claim_list.append({"name": claim.name, "resourceClaimTemplateName": tpl_name})
         for position in claim.members:
             c = by_position[position]

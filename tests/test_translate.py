@@ -723,3 +723,41 @@ def test_long_resource_names_give_valid_names() -> None:
     out, t = run(api_pod([container("cuda", {long_name: "1"})]), config=config)
     assert len(t.templates[0]["metadata"]["name"]) <= 63
     check_references(out["spec"], t.templates)
+
+
+def test_null_resource_claims_read_as_absent() -> None:
+    # YAML's `resourceClaims:` with no value (a chart that renders an empty list) is null, which
+    # kube-apiserver reads as absent: the pod gets its claims as if the field were not there.
+    pod = api_pod([container("cuda", {GPU: "1"})])
+    pod["spec"]["resourceClaims"] = None
+    out, t = run(pod)
+    assert t.changed and not t.problems
+    assert out["spec"]["resourceClaims"] == [
+        {"name": "gpu-0", "resourceClaimTemplateName": t.templates[0]["metadata"]["name"]}
+    ]
+    assert pod["spec"]["resourceClaims"] is None  # the input is never modified
+
+
+@pytest.mark.parametrize("value", ["bad", {"name": "x"}, 3])
+def test_resource_claims_that_are_not_a_list_leave_the_pod_alone(value: Any) -> None:
+    pod = api_pod([container("cuda", {GPU: "1"})])
+    pod["spec"]["resourceClaims"] = value
+    out, t = run(pod)
+    assert not t.changed and not t.templates
+    assert t.problems == ["spec.resourceClaims is not a list; pod left unchanged"]
+    assert out["spec"] == pod["spec"]
+
+
+@pytest.mark.parametrize("value", ["x", {"name": "x"}])
+def test_container_claims_that_are_not_a_list_leave_the_container_alone(value: Any) -> None:
+    bad = container("cuda", {GPU: "1"})
+    bad["resources"]["claims"] = value
+    pod = api_pod([bad, container("other", {GPU: "2"})])
+    out, t = translate_pod(pod)  # not run(): the output keeps the invalid field, which the schema refuses
+    assert t.problems == ["container cuda: resources.claims is not a list; container left unchanged"]
+    assert out["spec"]["containers"][0]["resources"] == pod["spec"]["containers"][0]["resources"]
+    assert out["spec"]["containers"][1]["resources"] == {"claims": [{"name": "gpu-0"}]}
+    # A null list is absent: the container is translated.
+    bad["resources"]["claims"] = None
+    out, t = run(api_pod([bad]))
+    assert not t.problems and out["spec"]["containers"][0]["resources"] == {"claims": [{"name": "gpu-0"}]}

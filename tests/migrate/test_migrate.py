@@ -531,6 +531,43 @@ def test_bad_json_names_the_file_and_line() -> None:
 def test_scalar_and_non_object_documents_are_left_alone(tmp_path: Path) -> None:
     text = "just a string\n---\n- a\n- b\n"
     assert migrate(text).text == text
+    assert migrate("[1, 2]", json_input=True).text == "[1, 2]"
+
+
+_pod_list = """\
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: p}
+  spec:
+    containers:
+    - name: c
+      image: x
+      resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "json_input", "message"),
+    [
+        (_pod_list, None, "m.yaml: document 1 is a list, expected a Kubernetes object (it names a GPU resource)"),
+        ("kind: ConfigMap\n---\n" + _pod_list, None, "m.yaml: document 2 is a list"),
+        ("'asks nvidia.com/gpu 1'\n", None, "m.yaml: document 1 is a scalar"),
+        (
+            "apiVersion: v1\nkind: List\nitems: [a, {kind: Pod, metadata: {labels: {nvidia.com/gpu: x}}}]\n",
+            None,
+            "m.yaml: document 1 (List): items[0] is not an object",
+        ),
+        ('[{"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}]', True,
+         "m.yaml: document 1 is a list"),
+    ],
+)  # fmt: skip
+def test_documents_that_are_not_objects_and_name_a_gpu_resource_are_refused(
+    text: str, json_input: bool | None, message: str
+) -> None:
+    # Passed over, a GPU request in them would go unreported and --check would say nothing is left.
+    with pytest.raises(InputError) as caught:
+        migrate_text(text, "m.yaml", json_input=json_input)
+    assert str(caught.value).startswith(message)
 
 
 def test_yaml_anchors_inside_a_pod_spec_block_migration_but_shared_labels_do_not() -> None:

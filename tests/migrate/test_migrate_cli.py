@@ -111,6 +111,21 @@ def test_directory_needs_an_output_outside_it(
     assert not (source / "migrated").exists()
 
 
+def test_directory_output_that_holds_the_source_is_refused(
+    gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # -f tree/src -o tree mirrors src/src/x.yaml onto src/x.yaml: a source file of the user's.
+    source = tmp_path / "src"
+    (source / "src").mkdir(parents=True)
+    shutil.copy(INPUT / "workloads.yaml", source / "x.yaml")
+    (source / "src" / "x.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: inner}\n")
+    before = (source / "x.yaml").read_text()
+    assert gpucluster("migrate", "-f", str(source), "-o", str(tmp_path)) == 2
+    assert "must be outside" in capsys.readouterr().err
+    assert (source / "x.yaml").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
 def test_bad_yaml_exits_2_naming_file_and_line(
     gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

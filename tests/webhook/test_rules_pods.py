@@ -291,3 +291,15 @@ def test_a_label_or_annotation_the_rule_reads_that_is_not_a_string_is_reported(
     assert resp["allowed"] is True and "patch" not in resp
     assert resp["warnings"] == [f"not translated: metadata.{field}[{key!r}] is not a string"]
     assert out.verdict.outcome == "warned"
+
+
+def test_null_resource_claims_of_a_review_made_by_hand_are_read_as_absent() -> None:
+    # kube-apiserver never sends null there; a review made by hand (gpucluster admit) may. The
+    # rule used to fail on it ("gpucluster webhook error; request not checked").
+    p = pod(container("cuda", {"nvidia.com/gpu": "1"}))
+    p["spec"]["resourceClaims"] = None
+    out = mutate(p)
+    assert out.verdict.outcome == "mutated" and not out.verdict.warnings
+    result = patched(out)
+    [ref] = result["spec"]["resourceClaims"]
+    assert result["spec"]["containers"][0]["resources"]["claims"] == [{"name": ref["name"]}]
