@@ -7,14 +7,15 @@ import json
 from dataclasses import replace
 
 import jsonpatch
+import orjson
 
 from gpucluster.cli import Subparsers
 from gpucluster.clusterstate import ClusterState
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
-from gpucluster.manifests import load_objects, read_text
+from gpucluster.manifests import check_json_keys, load_objects, parse_documents, read_text
 from gpucluster.policy import TRANSLATION_MODES, Settings
 from gpucluster.webhook.admission import admit_request, hooks
-from gpucluster.webhook.review import ReviewDecodeError, decode_patch, decode_review
+from gpucluster.webhook.review import AdmissionRequest, ReviewDecodeError, decode_patch, decode_review
 
 
 def register(subparsers: Subparsers) -> None:
@@ -27,7 +28,9 @@ def register(subparsers: Subparsers) -> None:
             "Exit 0 allowed, 1 denied, 2 bad input."
         ),
     )
-    parser.add_argument("-f", "--filename", required=True, metavar="FILE", help="AdmissionReview JSON, - for stdin")
+    parser.add_argument(
+        "-f", "--filename", required=True, metavar="FILE", help="AdmissionReview, JSON or YAML, - for stdin"
+    )
     parser.add_argument("--cluster", metavar="FILE", help="cluster objects the rules read (YAML/JSON stream or List)")
     parser.add_argument("--translation-mode", choices=TRANSLATION_MODES, default="auto")
     parser.add_argument("--operator-namespace", default="gpu-operator")
@@ -37,10 +40,16 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.filename == "-" else args.filename
+    text = read_text(args.filename)
+    written_as_json = text.lstrip("\ufeff \t\r\n").startswith(("{", "["))
+    if written_as_json:
+        check_json_keys(text, source)
     try:
-        request = decode_review(read_text(args.filename))
+        request = decode_review(text)
     except ReviewDecodeError as exc:
-        raise InputError(f"{source}: {exc}") from None
+        if written_as_json:
+            raise InputError(f"{source}: {exc}") from None  # its error says where
+        request = _review_from_yaml(text, source)
     cluster = ClusterState.from_objects(load_objects(args.cluster) if args.cluster else [])
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
 
@@ -58,3 +67,17 @@ def run(args: argparse.Namespace) -> int:
     out = {"response": answer.response, "patchedObject": patched, "creates": mutated.creates}
     print(json.dumps(out, indent=2))
     return EXIT_OK if answer.verdict.allowed else EXIT_NEGATIVE
+
+
+def _review_from_yaml(text: str, source: str) -> AdmissionRequest:
+    """A review written in YAML (as every command reads its input): one document, decoded as the
+    same review in JSON would be."""
+    documents = parse_documents(text, source)
+    if len(documents) != 1:
+        raise InputError(f"{source}: an AdmissionReview is one document, found {len(documents)}")
+    try:
+        return decode_review(orjson.dumps(documents[0]))
+    except TypeError as exc:  # a value JSON cannot hold, such as an integer beyond 64 bits
+        raise InputError(f"{source}: {exc}") from None
+    except ReviewDecodeError as exc:
+        raise InputError(f"{source}: {exc}") from None

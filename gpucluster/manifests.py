@@ -6,6 +6,7 @@ The caller hands us the path (or ``-`` for stdin); nothing else is opened here.
 from __future__ import annotations
 
 import gc
+import json
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -94,6 +95,36 @@ def _yaml_error(source: str, exc: yaml.YAMLError, text: str = "") -> InputError:
 
 
 _JSON_START = re.compile(r"\A\ufeff?\s*[\[{]")
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
+    if len(pairs) != len(dict(pairs)):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+
+
+# Reads every object's keys and keeps nothing: orjson (and json) keep the last of two equal keys.
+_KEYS_CHECK = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def check_json_keys(text: str, source: str) -> None:
+    """Refuse a JSON text in which an object names a key twice, as YAML's loader refuses a
+    duplicate key and Kubernetes' strict decoding a duplicate field (a JSON reader would keep the
+    last value silently). Only for text a JSON reader accepted."""
+    try:
+        _KEYS_CHECK.decode(text[1:] if text.startswith("\ufeff") else text)
+    except _DuplicateKey as exc:
+        raise InputError(f"{source}: invalid JSON: duplicate key {json.dumps(exc.key)} in an object") from None
+    except (ValueError, RecursionError):
+        pass  # the reader that accepted the text decides what it means
 
 
 @contextmanager
@@ -211,9 +242,12 @@ def parse_documents(text: str, source: str) -> list[Any]:
             try:
                 # Integers beyond 64 bits become floats here, as in Kubernetes' own unstructured
                 # JSON decoding (which keeps int64 and reads anything else as float64).
-                return [orjson.loads(text[1:] if text.startswith("\ufeff") else text)]
+                documents = [orjson.loads(text[1:] if text.startswith("\ufeff") else text)]
             except orjson.JSONDecodeError:
                 pass  # flow-style YAML also starts with { or [; let YAML decide and report
+            else:
+                check_json_keys(text, source)
+                return documents
         try:
             try:
                 docs = _fast_documents(text) if _BaseLoader is not yaml.SafeLoader else None

@@ -103,6 +103,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from ruamel.yaml.tokens import CommentToken
 
 from gpucluster.errors import InputError
+from gpucluster.manifests import check_json_keys
 from gpucluster.translate import (
     DEFAULT_CONFIG,
     PROVISIONED_LABEL,
@@ -1533,5 +1534,6 @@ def migrate_text(
             if json_input:
                 raise _json_error(source, exc) from None
         else:
+            check_json_keys(text, source)
             return _migrate_json(data, text, source, config, opt_out_label)
     return _migrate_yaml(text, source, config, opt_out_label)

@@ -43,6 +43,10 @@ def test_timestamps_stay_strings_as_kubernetes_keeps_them() -> None:
         ("- 1\n- 2\n", "bad.yaml: document 1 is a list, expected a Kubernetes object"),
         ("kind: A\n---\njust a string\n", "bad.yaml: document 2 is a str"),
         ("kind: PodList\nitems: 3\n", "bad.yaml: document 1 (PodList): items must be a list"),
+        # JSON readers keep the last of two equal keys; Kubernetes' strict decoding refuses them.
+        ('{"kind": "A", "kind": "B"}', 'bad.yaml: invalid JSON: duplicate key "kind" in an object'),
+        ('\ufeff[{"a": {"x": 1, "y": 2, "x": 3}}]', 'bad.yaml: invalid JSON: duplicate key "x" in an object'),
+        ('{"kind": "A", "k\\u0069nd": "B"}', 'bad.yaml: invalid JSON: duplicate key "kind" in an object'),
     ],
 )
 def test_bad_input_is_one_line_naming_file_and_line(text: str, expected: str) -> None:
@@ -187,3 +191,9 @@ def test_bad_scalars_and_control_characters_are_one_line_errors_with_their_place
 def test_json_with_a_byte_order_mark_is_read_as_json() -> None:
     [obj] = load_objects_from_text('\ufeff{"kind": "x", "a": 1.0e5}', "x.json")
     assert obj == {"kind": "x", "a": 100000.0}  # a JSON number, not the YAML 1.1 string "1.0e5"
+
+
+def test_json_without_duplicate_keys_loads_as_before() -> None:
+    # Equal keys in different objects, and a key equal to a value, are not duplicates.
+    text = '{"kind": "List", "items": [{"kind": "A", "a": "kind"}, {"kind": "B", "a": {"a": 1}}]}'
+    assert load_objects_from_text(text, "ok.json") == [{"kind": "A", "a": "kind"}, {"kind": "B", "a": {"a": 1}}]

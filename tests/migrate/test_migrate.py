@@ -618,3 +618,11 @@ spec:
     ]
     assert result.text.startswith(text.split("---\n")[0])  # the aliased document is untouched
     assert "      labels: *labels\n      annotations:\n" in result.text
+
+
+def test_json_with_a_duplicate_key_is_refused() -> None:
+    # Which of the two GPU counts a reader keeps is not the user's choice to leave to it.
+    text = '{"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpu": "4"}}}]}}'
+    with pytest.raises(InputError) as caught:
+        migrate_text(text, "p.json")
+    assert str(caught.value) == 'p.json: invalid JSON: duplicate key "nvidia.com/gpu" in an object'

@@ -54,3 +54,24 @@ def test_bad_reviews_exit_2_with_one_line(tmp_path: Path) -> None:
     assert out.stderr.count("\n") == 1 and "review.json: body is not JSON" in out.stderr
     out = admit(tmp_path, {"apiVersion": "v1", "kind": "Pod"})
     assert out.returncode == 2 and "expected apiVersion admission.k8s.io/v1" in out.stderr
+
+
+def test_a_review_in_yaml_is_answered_as_the_same_review_in_json(tmp_path: Path) -> None:
+    body = review(nvidiadriver())
+    as_json = admit(tmp_path, body, gpucluster())
+    as_yaml = admit(tmp_path, None, gpucluster(), raw=yaml.safe_dump(body))
+    assert as_yaml.returncode == as_json.returncode == 0, as_yaml.stderr
+    assert json.loads(as_yaml.stdout) == json.loads(as_json.stdout)
+    two = admit(tmp_path, None, raw=yaml.safe_dump_all([body, body]))
+    assert two.returncode == 2 and "an AdmissionReview is one document, found 2" in two.stderr
+    bad = admit(tmp_path, None, raw="request: [\n")
+    assert bad.returncode == 2 and "invalid YAML" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_a_review_with_a_duplicate_key_exits_2(tmp_path: Path) -> None:
+    text = json.dumps(review(gpucluster())).replace(
+        '"kind": "AdmissionReview"', '"kind": "AdmissionReview", "kind": "X"', 1
+    )
+    out = admit(tmp_path, None, raw=text)
+    assert out.returncode == 2
+    assert out.stderr.strip().endswith('invalid JSON: duplicate key "kind" in an object')
