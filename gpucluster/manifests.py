@@ -63,6 +63,19 @@ def _construct_mapping(loader: _KubeYAMLLoader, node: yaml.MappingNode) -> dict[
 
 _KubeYAMLLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+# The integers orjson reads as integers (64 bits, signed or not); anything larger is a float, as
+# the JSON path reads it and as Kubernetes' YAML-to-JSON decoding has it, never an int no
+# Kubernetes object can hold.
+_INT_RANGE = range(-(2**63), 2**64)
+
+
+def _construct_int(loader: Any, node: yaml.ScalarNode) -> int | float:
+    value: int = yaml.SafeLoader.construct_yaml_int(loader, node)
+    return value if value in _INT_RANGE else float(value)
+
+
+_KubeYAMLLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
 
 def read_text(path: str) -> str:
     """The text of ``path``, or of stdin for ``-``; an InputError names the file."""
@@ -150,7 +163,7 @@ class _Unusual(Exception):
 
 
 _SCALAR_TAGS = {
-    tag: yaml.SafeLoader.yaml_constructors[tag]
+    tag: _KubeYAMLLoader.yaml_constructors[tag]
     for tag in (
         "tag:yaml.org,2002:null",
         "tag:yaml.org,2002:bool",

@@ -197,3 +197,17 @@ def test_json_without_duplicate_keys_loads_as_before() -> None:
     # Equal keys in different objects, and a key equal to a value, are not duplicates.
     text = '{"kind": "List", "items": [{"kind": "A", "a": "kind"}, {"kind": "B", "a": {"a": 1}}]}'
     assert load_objects_from_text(text, "ok.json") == [{"kind": "A", "a": "kind"}, {"kind": "B", "a": {"a": 1}}]
+
+
+@pytest.mark.parametrize("anchors", [False, True])  # the fast path, and the full loader's
+def test_integers_beyond_64_bits_are_floats_in_yaml_as_in_json(anchors: bool) -> None:
+    # As orjson reads JSON and Kubernetes' YAML-to-JSON decoding reads YAML: no Kubernetes object
+    # holds an integer beyond 64 bits, so none may be decided on as one (a selector saying
+    # index > 2^63-1 matched).
+    values = ["99999999999999999999999", "18446744073709551615", "-9223372036854775809", "-9223372036854775808"]
+    yaml_text = "".join(f"v{i}: {v}\n" for i, v in enumerate(values)) + ("a: &x 1\nb: *x\n" if anchors else "")
+    json_text = "{" + ", ".join(f'"v{i}": {v}' for i, v in enumerate(values)) + "}"
+    [from_yaml] = load_objects_from_text(yaml_text, "n.yaml")
+    [from_json] = load_objects_from_text(json_text, "n.json")
+    assert {k: v for k, v in from_yaml.items() if k.startswith("v")} == from_json
+    assert [type(from_json[f"v{i}"]) for i in range(4)] == [float, int, float, int]
