@@ -41,7 +41,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("-f", "--filename", required=True, metavar="FILE|DIR", help="manifests (YAML or JSON)")
     parser.add_argument("--field-manager", default="gpucluster-chart", help="server-side apply field manager")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to keep retrying (default 300)")
+    parser.add_argument("--timeout", type=options.finite, default=300.0, help="seconds to keep retrying (default 300)")
     options.add_kubeconfig(parser)
     parser.set_defaults(func=run)
 

@@ -67,7 +67,10 @@ def register(subparsers: Subparsers) -> None:
     rotate.add_argument("--secret", required=True, metavar="NAME", help="Secret holding the certificates")
     rotate.add_argument("--cert-dir", metavar="DIR", help="also write ca.crt, tls.crt and tls.key here (atomically)")
     rotate.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="run a pass every SECONDS until SIGTERM instead of once"
+        "--interval",
+        type=options.finite,
+        metavar="SECONDS",
+        help="run a pass every SECONDS until SIGTERM instead of once",
     )
     rotate.add_argument(
         "--replica",

@@ -67,7 +67,9 @@ def register(subparsers: Subparsers) -> None:
         help="instead: once no pod matches this selector in --namespace, delete the operator's leader-election Lease "
         "(the chart's post-delete hook)",
     )
-    parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the drain (default 240)")
+    parser.add_argument(
+        "--timeout", type=options.finite, default=240.0, help="seconds to wait for the drain (default 240)"
+    )
     options.add_kubeconfig(parser)
     parser.set_defaults(func=run)
 

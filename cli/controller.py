@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--no-leader-election", action="store_true", help="reconcile without holding the Lease")
     parser.add_argument(
         "--claim-template-grace-period",
-        type=float,
+        type=options.finite,
         default=600.0,
         metavar="SECONDS",
         help="keep a ResourceClaimTemplate created for translated pods this long after no pod refers to it (600)",
@@ -49,7 +49,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--kube-api-qps",
-        type=float,
+        type=options.finite,
         default=-1.0,
         metavar="QPS",
         help="client-side limit of requests to the API server a second, as client-go's QPS: 0 takes client-go's "

@@ -4,6 +4,7 @@ namespace, with one help text each."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Any
 
@@ -37,3 +38,23 @@ def add_operator_namespace(parser: argparse.ArgumentParser, *, flag: str = "--na
         metavar="NS",
         help="the operator's namespace (default: $OPERATOR_NAMESPACE, else gpu-operator)",
     )
+
+
+def finite(text: str) -> float:
+    """An argparse type: a number that is not NaN or infinite (``float`` takes both, and a NaN
+    passes every range check: as a timeout it is reached at once, so a loop would spin)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds, more than 0."""
+    value = finite(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value

@@ -170,7 +170,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--claim-template-grace-period",
-        type=float,
+        type=options.finite,
         default=600.0,
         metavar="S",
         help="seconds a claim template of translated pods outlives the last pod using it (default 600)",

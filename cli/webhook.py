@@ -77,7 +77,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--service-name", default="gpucluster-webhook", help="Service name in the certificate SANs")
     parser.add_argument(
         "--shutdown-delay",
-        type=float,
+        type=options.finite,
         default=5.0,
         help="seconds /readyz reports 503 before the listener closes on SIGTERM (default 5)",
     )
@@ -99,7 +99,7 @@ def register(subparsers: Subparsers) -> None:
     server = parser.add_argument_group("connections (defaults are kube-apiserver's)")
     server.add_argument(
         "--read-header-timeout",
-        type=_seconds,
+        type=options.positive_seconds,
         default=limits.read_header_timeout,
         metavar="S",
         help="close a connection whose request header (or TLS handshake) is not complete "
@@ -107,14 +107,14 @@ def register(subparsers: Subparsers) -> None:
     )
     server.add_argument(
         "--read-body-timeout",
-        type=_seconds,
+        type=options.positive_seconds,
         default=limits.read_body_timeout,
         metavar="S",
         help=f"answer 408 and close when a body takes longer (default {limits.read_body_timeout:g})",
     )
     server.add_argument(
         "--idle-timeout",
-        type=_seconds,
+        type=options.positive_seconds,
         default=limits.idle_timeout,
         metavar="S",
         help=f"close keep-alive connections idle this long (default {limits.idle_timeout:g})",
@@ -137,7 +137,7 @@ def register(subparsers: Subparsers) -> None:
     )
     server.add_argument(
         "--first-byte-timeout",
-        type=_seconds,
+        type=options.positive_seconds,
         default=limits.first_byte_timeout,
         metavar="S",
         help="close a connection that has not finished its TLS handshake and sent the first byte of a request "
@@ -154,7 +154,7 @@ def register(subparsers: Subparsers) -> None:
     )
     server.add_argument(
         "--feasibility-deadline",
-        type=_seconds,
+        type=options.positive_seconds,
         default=worker.DEFAULT_DEADLINE,
         metavar="S",
         help="give up the claim feasibility check after S seconds and warn that it was cut short "
@@ -163,14 +163,14 @@ def register(subparsers: Subparsers) -> None:
     rotation = parser.add_argument_group("serving certificate")
     rotation.add_argument(
         "--cert-poll-interval",
-        type=_seconds,
+        type=options.positive_seconds,
         default=DEFAULT_POLL_INTERVAL,
         metavar="S",
         help=f"look for a new tls.crt/tls.key every S seconds (default {DEFAULT_POLL_INTERVAL:g})",
     )
     rotation.add_argument(
         "--cert-expiry-margin",
-        type=_seconds,
+        type=options.positive_seconds,
         default=DEFAULT_EXPIRY_MARGIN,
         metavar="S",
         help="log an error (again hourly), send a Warning event and set the GPUCluster condition "
@@ -200,16 +200,6 @@ def register(subparsers: Subparsers) -> None:
     )
     options.add_logging(parser)
     parser.set_defaults(func=run)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
-    return value
 
 
 def feature_gates(text: str, version: str) -> tuple[tuple[str, bool], ...]:

@@ -166,3 +166,24 @@ def test_controller_refuses_no_label_workers_and_a_negative_burst(flag: str, val
     out = gpucluster("controller", flag, value)
     assert out.returncode == 2
     assert out.stderr.strip() == f"gpucluster controller: {message}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("certs", "rotate", "--service", "s", "--namespace", "n", "--secret", "x", "--interval", "nan"),
+        ("controller", "--kube-api-qps", "nan"),
+        ("controller", "--claim-template-grace-period", "inf"),
+        ("run", "--claim-template-grace-period", "nan"),
+        ("webhook", "--self-signed", "--shutdown-delay=-inf"),
+        ("webhook", "--self-signed", "--idle-timeout", "inf"),
+        ("apply", "--timeout", "nan"),
+        ("cleanup", "--timeout", "inf"),
+    ],
+)
+def test_durations_and_rates_that_are_not_finite_are_refused(argv: tuple[str, ...]) -> None:
+    # float() takes "nan" and "inf", and a NaN passes every range check: as the rotator's interval
+    # it times out at once, so its loop would run passes back to back against the API server.
+    out = gpucluster(*argv)
+    assert out.returncode == 2, out.stderr
+    assert "is not a finite number" in out.stderr.splitlines()[-1]
