@@ -1141,6 +1141,18 @@ def test_per_device_node_selection() -> None:
             "cluster",
         ),
         ([claim(exact(), kind="Pod")], [], "claim #0: kind: expected ResourceClaim or ResourceClaimTemplate", "claims"),
+        (  # an allocated claim of the cluster's: the error is the cluster file's, not the command's
+            [claim(exact())],
+            [
+                *h100_node(),
+                {
+                    **claim(exact(), name="used"),
+                    "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": 5}]}}},
+                },
+            ],
+            "ResourceClaim default/used: status.allocation.devices.results[0]: driver, pool and device are required",
+            "cluster",
+        ),
     ],
 )
 def test_bad_input_names_object_and_field(claims: list[Obj], cluster: list[Obj], message: str, source: str) -> None:

@@ -575,11 +575,14 @@ def explain(
         else:
             shared.append((order, s))
 
-    held, held_shares, consumed = (
-        ({}, set(), {})
-        if assume_empty
-        else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}, semantics.consumable_capacity)
-    )
+    try:  # the allocated claims are the cluster's
+        held, held_shares, consumed = (
+            ({}, set(), {})
+            if assume_empty
+            else _in_use(allocated, {c.ref for c in specs if c.kind == "ResourceClaim"}, semantics.consumable_capacity)
+        )
+    except AllocatorInputError as exc:
+        raise AllocatorInputError(str(exc), "cluster") from None
     ctx = ExplainContext(
         claims=specs,
         classes=classes,
