@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         used = ", ".join(f"{k}={v}" for k, v in sorted(defaults.items()))
         print(f"gpucluster render: images the GPUCluster does not name come from the chart's defaults: {used}",
               file=sys.stderr)  # fmt: skip
-    facts = ClusterFacts.from_environ({**defaults, **os.environ}, namespace=namespace, service_monitor_crd=True)
+    # An image variable set but empty is unset: the default the line above names is the one used.
+    facts = ClusterFacts.from_environ({**os.environ, **defaults}, namespace=namespace, service_monitor_crd=True)
     try:
         rendered = render(result.obj, facts)
     except InputError as exc:

@@ -139,6 +139,7 @@ def test_images_the_gpucluster_does_not_name_come_from_the_charts_defaults(
     the image variables were set, while `gpucluster run` accepts the same file."""
     for name in ("DRA_DRIVER_IMAGE", "DCGM_IMAGE", "DCGM_EXPORTER_IMAGE", "VALIDATOR_IMAGE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DRA_DRIVER_IMAGE", "")  # set but empty: unset, the default named is the one used
     example = Path(__file__).resolve().parents[2] / "examples" / "gpucluster.yaml"
     assert render.run(parse("-f", str(example))) == EXIT_OK
     out, err = capsys.readouterr()
@@ -149,6 +150,7 @@ def test_images_the_gpucluster_does_not_name_come_from_the_charts_defaults(
               for c in d["spec"]["template"]["spec"]["containers"]}  # fmt: skip
     assert wanted in images
     assert err.startswith("gpucluster render: images the GPUCluster does not name come from the chart's defaults: ")
+    assert f"DRA_DRIVER_IMAGE={wanted}" in err
     assert f"DRA_DRIVER_IMAGE={wanted}" in err
     # What the environment names wins, and is not reported as a default.
     monkeypatch.setenv("DRA_DRIVER_IMAGE", "registry.example.com/dra/driver:v9")
