@@ -121,6 +121,15 @@ def run_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: not a directory")
+    targets = (rotation.CA_BUNDLE, rotation.TLS_CERT, rotation.TLS_KEY)
+    present = [name for name in targets if (out / name).exists() or (out / name).is_symlink()]
+    if present:
+        # A new CA each run: files already there may be what a cluster trusts (a caBundle, a
+        # Secret made from them); they are never replaced behind the user's back.
+        raise InputError(
+            f"{out}: {', '.join(present)} already there; generate makes a new CA and never replaces them "
+            "(remove them, or give another --out)"
+        )
     names = [*service_dns_names(args.service, args.namespace), *args.dns_name]
     ca = new_ca()
     pair = new_serving_cert(ca, list(dict.fromkeys(names)))

@@ -97,3 +97,14 @@ def test_inject_with_nothing_to_inject_names_the_label_it_selects_on(
     assert run("certs", "inject", "--ca-file", str(out / "ca.crt"), "--kubeconfig", kubeconfig) == 1
     err = capsys.readouterr().err
     assert 'labelled gpucluster.nvidia.com/inject-ca-bundle="true"' in err and "managed-by" not in err, err
+
+
+def test_generate_never_replaces_certificates_already_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "certs"
+    assert run("certs", "generate", "--service", "hook", "--namespace", "ns", "--out", str(out)) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert run("certs", "generate", "--service", "hook", "--namespace", "ns", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ca.crt, tls.crt, tls.key already there" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
