@@ -833,7 +833,8 @@ def translate_pod_spec(
         devices = sum(piece.size for _, piece in claim.requests)
         if devices > MAX_DEVICES_PER_CLAIM or len(claim.requests) > MAX_REQUESTS_PER_CLAIM:
             pod_problems.append(
-                f"claim {claim.name} would need {devices} devices in {len(claim.requests)} requests "
+                f"claim {claim.name} would need {devices} devices in {len(claim.requests)} "
+                f"request{'' if len(claim.requests) == 1 else 's'} "
                 f"(a ResourceClaim holds at most {MAX_DEVICES_PER_CLAIM}); pod left unchanged"
             )
     if pod_problems:

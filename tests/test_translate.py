@@ -592,7 +592,7 @@ def test_more_devices_than_a_claim_can_hold() -> None:
     out, t = run(pod)
     assert out == pod and not t.changed
     assert t.problems == [
-        "claim gpu-0 would need 33 devices in 1 requests (a ResourceClaim holds at most 32); pod left unchanged"
+        "claim gpu-0 would need 33 devices in 1 request (a ResourceClaim holds at most 32); pod left unchanged"
     ]
 
 
