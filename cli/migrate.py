@@ -71,6 +71,10 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.filename:  # Path("") is the current directory
+        raise InputError("-f: give a file, a directory or - for stdin")
+    if args.check and args.output:
+        raise InputError(f"-o {args.output}: --check writes nothing; give one or the other")
     source = Path(args.filename)
     errors: list[InputError] = []
     if args.filename != "-" and source.is_dir():

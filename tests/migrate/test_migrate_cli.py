@@ -201,3 +201,15 @@ def test_in_place_for_an_explicit_file(gpucluster: Main, tmp_path: Path) -> None
     shutil.copy(INPUT / "pod.json", target)
     assert gpucluster("migrate", "-f", str(target), "-o", str(target)) == 0
     assert target.read_text() == (EXPECTED / "pod.json").read_text()
+
+
+def test_an_empty_filename_and_check_with_an_output_are_usage_errors(
+    gpucluster: Main, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # -f "" read the current directory (Path("") is "."); --check silently ignored -o.
+    assert gpucluster("migrate", "-f", "") == 2
+    assert "-f: give a file" in capsys.readouterr().err
+    target = tmp_path / "out.yaml"
+    assert gpucluster("migrate", "-f", str(INPUT / "batch.yaml"), "--check", "-o", str(target)) == 2
+    assert "--check writes nothing" in capsys.readouterr().err
+    assert not target.exists()
