@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpucluster.cli import Subparsers, options
@@ -80,10 +81,14 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.cluster is not None and args.target is not None:
-        raise InputError(f"{args.target} is read from the cluster: give --claim FILE with --cluster, or drop --cluster")
     if args.target is not None and args.claim is not None:
         raise InputError(f"give {args.target} or -f FILE, not both")
+    if args.cluster is not None and args.target is not None:
+        if "/" not in args.target or Path(args.target).exists():  # a file given where pod/NAME goes
+            raise InputError(
+                f"{args.target}: give a file with --claim FILE (-f FILE); pod/NAME and claim/NAME are read from a cluster"
+            )
+        raise InputError(f"{args.target} is read from the cluster: give --claim FILE with --cluster, or drop --cluster")
     if args.target is None and args.claim is None:
         raise InputError("nothing to explain: give pod/NAME, claim/NAME or -f FILE (with --cluster FILE for files)")
     if args.claim == "-" and args.cluster == "-":

@@ -221,6 +221,8 @@ def test_only_the_nodes_the_pod_could_use_are_tried(cluster: Path) -> None:
         (["deployment/x"], "expected pod/NAME or claim/NAME"),
         ([], "nothing to explain"),
         (["pod/greedy", "--cluster", "c.yaml"], "is read from the cluster"),
+        (["claim.yaml", "--cluster", "c.yaml"], "claim.yaml: give a file with --claim FILE"),
+        (["pod/greedy", "--claim", "c.yaml", "--cluster", "c.yaml"], "give pod/greedy or -f FILE, not both"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cluster: Path, argv: list[str], message: str) -> None:
