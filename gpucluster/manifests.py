@@ -128,6 +128,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
 _KEYS_CHECK = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
+_SPACE = re.compile(r"[ \t\n\r]*")
+_SPLITTER = json.JSONDecoder()
+
+
+def _json_stream(text: str) -> list[str] | None:
+    """The texts of two or more JSON values written one after another, or None."""
+    parts: list[str] = []
+    position = _SPACE.match(text, 1 if text.startswith("\ufeff") else 0).end()  # type: ignore[union-attr]
+    while position < len(text):
+        try:
+            _, end = _SPLITTER.raw_decode(text, position)
+        except ValueError:
+            return None
+        parts.append(text[position:end])
+        position = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+    return parts if len(parts) > 1 else None
+
+
 def check_json_keys(text: str, source: str) -> None:
     """Refuse a JSON text in which an object names a key twice, as YAML's loader refuses a
     duplicate key and Kubernetes' strict decoding a duplicate field (a JSON reader would keep the
@@ -257,7 +275,13 @@ def parse_documents(text: str, source: str) -> list[Any]:
                 # JSON decoding (which keeps int64 and reads anything else as float64).
                 documents = [orjson.loads(text[1:] if text.startswith("\ufeff") else text)]
             except orjson.JSONDecodeError:
-                pass  # flow-style YAML also starts with { or [; let YAML decide and report
+                # JSON objects one after another (jq -c, kubectl accepts them); else flow-style
+                # YAML, which also starts with { or [: YAML decides and reports.
+                stream = _json_stream(text)
+                if stream is not None:
+                    for part in stream:
+                        check_json_keys(part, source)
+                    return [orjson.loads(part) for part in stream]
             else:
                 check_json_keys(text, source)
                 return documents

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -211,3 +212,15 @@ def test_integers_beyond_64_bits_are_floats_in_yaml_as_in_json(anchors: bool) ->
     [from_json] = load_objects_from_text(json_text, "n.json")
     assert {k: v for k, v in from_yaml.items() if k.startswith("v")} == from_json
     assert [type(from_json[f"v{i}"]) for i in range(4)] == [float, int, float, int]
+
+
+def test_json_objects_one_after_another_are_a_stream() -> None:
+    # As jq -c writes them and kubectl reads them; YAML refused them ("expected <document start>").
+    text = (
+        '\ufeff{"kind": "A"}\n{"kind": "List", "items": [{"kind": "B"}]} {"kind": "C", "n": 99999999999999999999999}\n'
+    )
+    assert load_objects_from_text(text, "s.json") == [{"kind": "A"}, {"kind": "B"}, {"kind": "C", "n": 1e23}]
+    with pytest.raises(InputError, match=re.escape('s.json: invalid JSON: duplicate key "kind"')):
+        load_objects_from_text('{"kind": "A"}\n{"kind": "B", "kind": "C"}\n', "s.json")
+    with pytest.raises(InputError, match=re.escape("s.json: document 2 is a list")):
+        load_objects_from_text('{"kind": "A"}\n[{"kind": "B"}]\n', "s.json")
