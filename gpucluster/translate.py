@@ -848,7 +848,7 @@ def translate_pod_spec(
     # by _rewritten); the rest of ``out`` may be ``pod_spec``'s own (share=True).
     for source in {c.source for c in containers}:
         out[source] = list(out[source])
-    claim_list = out["resourceClaims"] = list(_as_list(listed))
+    claim_list = out["resourceClaims"] = list(_as_list(out.get("resourceClaims")))  # the copy's items
     for claim in claims:
         tpl_name = claim.template["metadata"]["name"]
         templates.setdefault(tpl_name, claim.template)
