@@ -40,16 +40,19 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.filename == "-" else args.filename
-    text = read_text(args.filename)
-    written_as_json = text.lstrip("\ufeff \t\r\n").startswith(("{", "["))
+    text = read_text(args.filename).removeprefix("\ufeff")
+    written_as_json = text.lstrip(" \t\r\n").startswith(("{", "["))
     if written_as_json:
         check_json_keys(text, source)
     try:
         request = decode_review(text)
     except ReviewDecodeError as exc:
-        if written_as_json:
-            raise InputError(f"{source}: {exc}") from None  # its error says where
-        request = _review_from_yaml(text, source)
+        try:  # YAML, flow style ({apiVersion: ...}) included
+            request = _review_from_yaml(text, source)
+        except InputError:
+            if written_as_json:
+                raise InputError(f"{source}: {exc}") from None  # the JSON reader's error says where
+            raise
     cluster = ClusterState.from_objects(load_objects(args.cluster) if args.cluster else [])
     settings = Settings(translation_mode=args.translation_mode, operator_namespace=args.operator_namespace)
 

@@ -73,6 +73,8 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.filename:  # Path("") is the current directory
         raise InputError("-f: give a file, a directory or - for stdin")
+    if args.output == "":
+        raise InputError("-o: give a file or a directory (without -o the result goes to stdout)")
     if args.check and args.output:
         raise InputError(f"-o {args.output}: --check writes nothing; give one or the other")
     source = Path(args.filename)

@@ -64,14 +64,21 @@ def _construct_mapping(loader: _KubeYAMLLoader, node: yaml.MappingNode) -> dict[
 _KubeYAMLLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 # The integers orjson reads as integers (64 bits, signed or not); anything larger is a float, as
-# the JSON path reads it and as Kubernetes' YAML-to-JSON decoding has it, never an int no
-# Kubernetes object can hold.
+# the JSON path reads it (Kubernetes' decoder keeps int64 and reads anything else as a float),
+# never an int no Kubernetes object can hold.
 _INT_RANGE = range(-(2**63), 2**64)
 
 
 def _construct_int(loader: Any, node: yaml.ScalarNode) -> int | float:
     value: int = yaml.SafeLoader.construct_yaml_int(loader, node)
-    return value if value in _INT_RANGE else float(value)
+    if value in _INT_RANGE:
+        return value
+    try:
+        return float(value)
+    except OverflowError:  # beyond a double too: Kubernetes' decoder refuses it with a range error
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer of {len(node.value)} digits is out of range", node.start_mark
+        ) from None
 
 
 _KubeYAMLLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
@@ -139,7 +146,7 @@ def _json_stream(text: str) -> list[str] | None:
     while position < len(text):
         try:
             _, end = _SPLITTER.raw_decode(text, position)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         parts.append(text[position:end])
         position = _SPACE.match(text, end).end()  # type: ignore[union-attr]
@@ -150,12 +157,17 @@ def check_json_keys(text: str, source: str) -> None:
     """Refuse a JSON text in which an object names a key twice, as YAML's loader refuses a
     duplicate key and Kubernetes' strict decoding a duplicate field (a JSON reader would keep the
     last value silently). Only for text a JSON reader accepted."""
+    limit = sys.getrecursionlimit()
     try:
+        # orjson reads 1,024 levels; the stdlib reader takes a frame of the limit per level.
+        sys.setrecursionlimit(max(limit, 4096))
         _KEYS_CHECK.decode(text[1:] if text.startswith("\ufeff") else text)
     except _DuplicateKey as exc:
         raise InputError(f"{source}: invalid JSON: duplicate key {json.dumps(exc.key)} in an object") from None
     except (ValueError, RecursionError):
         pass  # the reader that accepted the text decides what it means
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 @contextmanager
@@ -278,10 +290,14 @@ def parse_documents(text: str, source: str) -> list[Any]:
                 # JSON objects one after another (jq -c, kubectl accepts them); else flow-style
                 # YAML, which also starts with { or [: YAML decides and reports.
                 stream = _json_stream(text)
+                try:  # the splitter takes NaN and lone surrogates, orjson does not: then YAML reports
+                    documents = [orjson.loads(part) for part in stream] if stream is not None else []
+                except orjson.JSONDecodeError:
+                    stream = None
                 if stream is not None:
                     for part in stream:
                         check_json_keys(part, source)
-                    return [orjson.loads(part) for part in stream]
+                    return documents
             else:
                 check_json_keys(text, source)
                 return documents

@@ -1094,14 +1094,31 @@ def _objects(doc: Any) -> Iterator[MutableMapping[str, Any]]:
         yield mapping
 
 
-def _check_objects(doc: Any, text: str, source: str, document: int) -> None:
-    """Refuse a document that is not an object, or a ``List`` with an item that is not, when its
-    ``text`` names a GPU resource: passed over, its GPU requests would go unreported (kubectl and
-    the other commands refuse such documents). Without one it is left alone, as any other YAML a
+def _asks_for_gpus(value: Any) -> bool:
+    """Whether ``value`` holds a mapping key that is a GPU resource (``nvidia.com/gpu``,
+    ``nvidia.com/mig-...``): what a request or limit is keyed by, not a label such as
+    ``nvidia.com/gpu.product`` or a comment."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if (mapping := _mapping(item)) is not None:
+            for key, child in mapping.items():
+                if isinstance(key, str) and (key == "nvidia.com/gpu" or key.startswith("nvidia.com/mig-")):
+                    return True
+                stack.append(child)
+        elif (sequence := _seq(item)) is not None:
+            stack.extend(sequence)
+    return False
+
+
+def _check_objects(doc: Any, source: str, document: int) -> None:
+    """Refuse a document that is not an object, or a ``List`` with an item that is not, when it
+    holds a GPU resource key: passed over, its GPU requests would go unreported (kubectl and the
+    other commands refuse such documents). Without one it is left alone, as any other YAML a
     manifest tree may hold (an Ansible playbook is a list)."""
-    if not _MENTIONS_GPU.search(text):
+    if (_mapping(doc) is not None and not _is_list_of_values(doc)) or not _asks_for_gpus(doc):
         return
-    why = "it names a GPU resource"
+    why = "it holds a GPU resource request"
     mapping = _mapping(doc)
     if mapping is None:
         what = "list" if _seq(doc) is not None else "scalar"
@@ -1112,6 +1129,19 @@ def _check_objects(doc: Any, text: str, source: str, document: int) -> None:
         for position, item in enumerate(items):
             if _mapping(item) is None:
                 raise InputError(f"{source}: document {document} ({kind}): items[{position}] is not an object ({why})")
+
+
+def _is_list_of_values(doc: Any) -> bool:
+    """A ``List`` document with an item that is not an object."""
+    mapping = _mapping(doc)
+    kind = mapping.get("kind") if mapping is not None else None
+    items = _seq(mapping.get("items")) if mapping is not None else None
+    return (
+        isinstance(kind, str)
+        and kind.endswith("List")
+        and items is not None
+        and any(_mapping(item) is None for item in items)
+    )
 
 
 def _template_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -1266,8 +1296,8 @@ def _migrate_yaml(text: str, source: str, config: TranslationConfig, opt_out: st
             raise InputError(
                 f"{source}:{chunk.line + 1}: invalid YAML (in the document starting here): {exc}"
             ) from None
-    for document, (chunk, doc) in enumerate(((c, d) for c, d in zip(chunks, parsed, strict=True) if d is not None), 1):
-        _check_objects(doc, chunk.body, source, document)
+    for document, doc in enumerate((d for d in parsed if d is not None), 1):
+        _check_objects(doc, source, document)
     present = {
         _template_key(obj) for doc in parsed for obj in _objects(doc) if obj.get("kind") == "ResourceClaimTemplate"
     }
@@ -1473,7 +1503,7 @@ def _json_error(source: str, exc: json.JSONDecodeError) -> InputError:
 
 def _migrate_json(data: Any, text: str, source: str, config: TranslationConfig, opt_out: str | None) -> MigrateResult:
     result = MigrateResult(source, text, changed=False)
-    _check_objects(data, text, source, 1)
+    _check_objects(data, source, 1)
     if not isinstance(data, dict):
         return result
     before = plain(data)

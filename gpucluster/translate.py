@@ -631,7 +631,7 @@ def _analyse(
             counts[resource] = count
             originals[resource] = _quantity_text(limit)
         claims = resources.get("claims")
-        if claims is not None and not isinstance(claims, list):
+        if counts and claims is not None and not isinstance(claims, list):  # it would be rewritten
             invalid.append("resources.claims is not a list")
         if invalid:
             problems.extend(f"{label}: {why}; container left unchanged" for why in invalid)

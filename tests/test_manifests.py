@@ -224,3 +224,19 @@ def test_json_objects_one_after_another_are_a_stream() -> None:
         load_objects_from_text('{"kind": "A"}\n{"kind": "B", "kind": "C"}\n', "s.json")
     with pytest.raises(InputError, match=re.escape("s.json: document 2 is a list")):
         load_objects_from_text('{"kind": "A"}\n[{"kind": "B"}]\n', "s.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[" * 3000 + "]" * 3000, "invalid YAML: exceeded maximum nesting depth"),  # the stream splitter recursed
+        ('{"a": NaN}\n{"b": 1}\n', "invalid YAML"),  # the splitter takes NaN, orjson does not
+        ('{"a": "\\ud800"}\n{"b": 1}\n', "invalid YAML"),
+        ("a: 1" + "0" * 400 + "\n", "invalid YAML: integer of 401 digits is out of range"),
+        ("[" * 1000 + '{"a": 1, "a": 2}' + "]" * 1000, 'invalid JSON: duplicate key "a" in an object'),
+    ],
+)
+def test_inputs_at_the_readers_limits_are_one_line_errors(text: str, expected: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_objects_from_text(text, "x.json")
+    assert expected in str(err.value) and "\n" not in str(err.value)

@@ -757,6 +757,12 @@ def test_container_claims_that_are_not_a_list_leave_the_container_alone(value: A
     assert t.problems == ["container cuda: resources.claims is not a list; container left unchanged"]
     assert out["spec"]["containers"][0]["resources"] == pod["spec"]["containers"][0]["resources"]
     assert out["spec"]["containers"][1]["resources"] == {"claims": [{"name": "gpu-0"}]}
+    # A container the translation does not rewrite is not judged.
+    plain = api_pod(
+        [{**container("side", {"cpu": "1"}), "resources": {"claims": value}}, container("other", {GPU: "1"})]
+    )
+    out, t = translate_pod(plain)
+    assert t.changed and not t.problems
     # A null list is absent: the container is translated.
     bad["resources"]["claims"] = None
     out, t = run(api_pod([bad]))

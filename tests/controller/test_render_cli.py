@@ -151,7 +151,6 @@ def test_images_the_gpucluster_does_not_name_come_from_the_charts_defaults(
     assert wanted in images
     assert err.startswith("gpucluster render: images the GPUCluster does not name come from the chart's defaults: ")
     assert f"DRA_DRIVER_IMAGE={wanted}" in err
-    assert f"DRA_DRIVER_IMAGE={wanted}" in err
     # What the environment names wins, and is not reported as a default.
     monkeypatch.setenv("DRA_DRIVER_IMAGE", "registry.example.com/dra/driver:v9")
     assert render.run(parse("-f", str(example))) == EXIT_OK

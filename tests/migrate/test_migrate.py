@@ -532,6 +532,10 @@ def test_scalar_and_non_object_documents_are_left_alone(tmp_path: Path) -> None:
     text = "just a string\n---\n- a\n- b\n"
     assert migrate(text).text == text
     assert migrate("[1, 2]", json_input=True).text == "[1, 2]"
+    # GPU names that are not a request's key: a comment, a node label, a string.
+    playbook = "# hosts with nvidia.com/gpu: 8\n- hosts: gpu\n  vars: {selector: {nvidia.com/gpu.product: A100}}\n"
+    playbook += "---\n'nvidia.com/gpu: 1'\n"
+    assert migrate(playbook).text == playbook
 
 
 _pod_list = """\
@@ -549,11 +553,10 @@ _pod_list = """\
 @pytest.mark.parametrize(
     ("text", "json_input", "message"),
     [
-        (_pod_list, None, "m.yaml: document 1 is a list, expected a Kubernetes object (it names a GPU resource)"),
+        (_pod_list, None, "m.yaml: document 1 is a list, expected a Kubernetes object (it holds a GPU resource request)"),
         ("kind: ConfigMap\n---\n" + _pod_list, None, "m.yaml: document 2 is a list"),
-        ("'asks nvidia.com/gpu 1'\n", None, "m.yaml: document 1 is a scalar"),
         (
-            "apiVersion: v1\nkind: List\nitems: [a, {kind: Pod, metadata: {labels: {nvidia.com/gpu: x}}}]\n",
+            "apiVersion: v1\nkind: List\nitems: [a, {kind: Pod, spec: {containers: [{resources: {limits: {nvidia.com/mig-1g.10gb: 1}}}]}}]\n",
             None,
             "m.yaml: document 1 (List): items[0] is not an object",
         ),
@@ -561,7 +564,7 @@ _pod_list = """\
          "m.yaml: document 1 is a list"),
     ],
 )  # fmt: skip
-def test_documents_that_are_not_objects_and_name_a_gpu_resource_are_refused(
+def test_documents_that_are_not_objects_and_hold_a_gpu_request_are_refused(
     text: str, json_input: bool | None, message: str
 ) -> None:
     # Passed over, a GPU request in them would go unreported and --check would say nothing is left.

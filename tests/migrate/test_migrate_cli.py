@@ -209,6 +209,8 @@ def test_an_empty_filename_and_check_with_an_output_are_usage_errors(
     # -f "" read the current directory (Path("") is "."); --check silently ignored -o.
     assert gpucluster("migrate", "-f", "") == 2
     assert "-f: give a file" in capsys.readouterr().err
+    assert gpucluster("migrate", "-f", str(INPUT / "batch.yaml"), "-o", "") == 2
+    assert "-o: give a file or a directory" in capsys.readouterr().err
     target = tmp_path / "out.yaml"
     assert gpucluster("migrate", "-f", str(INPUT / "batch.yaml"), "--check", "-o", str(target)) == 2
     assert "--check writes nothing" in capsys.readouterr().err

@@ -62,6 +62,10 @@ def test_a_review_in_yaml_is_answered_as_the_same_review_in_json(tmp_path: Path)
     as_yaml = admit(tmp_path, None, gpucluster(), raw=yaml.safe_dump(body))
     assert as_yaml.returncode == as_json.returncode == 0, as_yaml.stderr
     assert json.loads(as_yaml.stdout) == json.loads(as_json.stdout)
+    flow = admit(tmp_path, None, gpucluster(), raw=yaml.safe_dump(body, default_flow_style=True))
+    assert flow.returncode == 0 and json.loads(flow.stdout) == json.loads(as_json.stdout), flow.stderr
+    bom = admit(tmp_path, None, gpucluster(), raw="\ufeff" + json.dumps(body))
+    assert bom.returncode == 0 and json.loads(bom.stdout) == json.loads(as_json.stdout), bom.stderr
     two = admit(tmp_path, None, raw=yaml.safe_dump_all([body, body]))
     assert two.returncode == 2 and "an AdmissionReview is one document, found 2" in two.stderr
     bad = admit(tmp_path, None, raw="request: [\n")
