@@ -17,7 +17,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import NoReturn, TypeAlias
 
 from gpucluster import __version__
 from gpucluster.errors import EXIT_USAGE, GpuclusterError
@@ -62,10 +62,18 @@ def _command_named(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr, as every other error (argparse prints the usage
+    first); the sub-parsers are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the full sub-parsers of the commands in ``load`` (every command when None)
     and a placeholder carrying only the one-line help for the others."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpucluster",
         description="NVIDIA GPUs on Kubernetes through Dynamic Resource Allocation: admission webhook, "
         "controller and tools for the GPUCluster DRA model.",
@@ -85,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     command = _command_named(words)
     parser = build_parser([] if command is None else [command])
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:  # the command's, not the top level's
+        parser.exit(EXIT_USAGE, f"gpucluster {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+                    f"(see gpucluster {args.command} --help)\n")  # fmt: skip
     try:
         code: int = args.func(args)
     except GpuclusterError as exc:

@@ -61,6 +61,24 @@ def test_usage_errors_exit_2() -> None:
     assert gpucluster("validate").returncode == 2  # -f is required
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (("validate",), "gpucluster validate: error: the following arguments are required: -f/--filename"),
+        (("validate", "-f", "x.yaml", "--bogus"), "gpucluster validate: error: unrecognized arguments: --bogus"),
+        (("certs", "rotate", "--interval", "x"), "gpucluster certs rotate: error: argument --interval: 'x' is not"),
+        (("no-such-command",), "gpucluster: error: argument COMMAND: invalid choice: 'no-such-command'"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command(argv: tuple[str, ...], line: str) -> None:
+    # As every other error (the contract); argparse printed its usage first, and reported a
+    # command's unknown flag as the top level's.
+    out = gpucluster(*argv)
+    assert out.returncode == 2
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(line), out.stderr
+    assert "--help" in out.stderr
+
+
 def test_validate_prints_the_defaulted_object(tmp_path: Path) -> None:
     path = tmp_path / "gc.yaml"
     path.write_text(GOOD)
