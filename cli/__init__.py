@@ -67,7 +67,12 @@ class _Parser(argparse.ArgumentParser):
     first); the sub-parsers are of this class too (argparse makes them of their parent's)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        _usage_error(self.prog, message)
+
+
+def _usage_error(prog: str, message: str) -> NoReturn:
+    sys.stderr.write(f"{prog}: error: {message} (see {prog} --help)\n")
+    sys.exit(EXIT_USAGE)
 
 
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -95,8 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser([] if command is None else [command])
     args, unknown = parser.parse_known_args(words)
     if unknown:  # the command's, not the top level's
-        parser.exit(EXIT_USAGE, f"gpucluster {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
-                    f"(see gpucluster {args.command} --help)\n")  # fmt: skip
+        _usage_error(f"gpucluster {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.func(args)
     except GpuclusterError as exc:

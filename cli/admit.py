@@ -12,7 +12,7 @@ import orjson
 from gpucluster.cli import Subparsers
 from gpucluster.clusterstate import ClusterState
 from gpucluster.errors import EXIT_NEGATIVE, EXIT_OK, InputError
-from gpucluster.manifests import check_json_keys, load_objects, parse_documents, read_text
+from gpucluster.manifests import check_json_keys, load_objects, looks_like_json, parse_documents, read_text
 from gpucluster.policy import TRANSLATION_MODES, Settings
 from gpucluster.webhook.admission import admit_request, hooks
 from gpucluster.webhook.review import AdmissionRequest, ReviewDecodeError, decode_patch, decode_review
@@ -41,7 +41,7 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.filename == "-" else args.filename
     text = read_text(args.filename).removeprefix("\ufeff")
-    written_as_json = text.lstrip(" \t\r\n").startswith(("{", "["))
+    written_as_json = looks_like_json(text)
     if written_as_json:
         check_json_keys(text, source)
     try:

@@ -117,6 +117,11 @@ def _yaml_error(source: str, exc: yaml.YAMLError, text: str = "") -> InputError:
 _JSON_START = re.compile(r"\A\ufeff?\s*[\[{]")
 
 
+def looks_like_json(text: str) -> bool:
+    """Whether ``text`` starts as JSON does (flow-style YAML does too: a JSON reader decides)."""
+    return _JSON_START.match(text) is not None
+
+
 class _DuplicateKey(Exception):
     def __init__(self, key: str) -> None:
         self.key = key
@@ -133,41 +138,55 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
 
 # Reads every object's keys and keeps nothing: orjson (and json) keep the last of two equal keys.
 _KEYS_CHECK = json.JSONDecoder(object_pairs_hook=_unique_keys)
-
-
 _SPACE = re.compile(r"[ \t\n\r]*")
-_SPLITTER = json.JSONDecoder()
 
 
-def _json_stream(text: str) -> list[str] | None:
-    """The texts of two or more JSON values written one after another, or None."""
-    parts: list[str] = []
-    position = _SPACE.match(text, 1 if text.startswith("\ufeff") else 0).end()  # type: ignore[union-attr]
-    while position < len(text):
-        try:
-            _, end = _SPLITTER.raw_decode(text, position)
-        except (ValueError, RecursionError):
-            return None
-        parts.append(text[position:end])
-        position = _SPACE.match(text, end).end()  # type: ignore[union-attr]
-    return parts if len(parts) > 1 else None
+@contextmanager
+def _as_deep_as_orjson() -> Iterator[None]:
+    """orjson reads 1,024 levels; the stdlib reader takes a frame of the recursion limit per level."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4096))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _duplicate_key(exc: _DuplicateKey, source: str) -> InputError:
+    return InputError(f"{source}: invalid JSON: duplicate key {json.dumps(exc.key)} in an object")
 
 
 def check_json_keys(text: str, source: str) -> None:
     """Refuse a JSON text in which an object names a key twice, as YAML's loader refuses a
     duplicate key and Kubernetes' strict decoding a duplicate field (a JSON reader would keep the
     last value silently). Only for text a JSON reader accepted."""
-    limit = sys.getrecursionlimit()
     try:
-        # orjson reads 1,024 levels; the stdlib reader takes a frame of the limit per level.
-        sys.setrecursionlimit(max(limit, 4096))
-        _KEYS_CHECK.decode(text[1:] if text.startswith("\ufeff") else text)
+        with _as_deep_as_orjson():
+            _KEYS_CHECK.decode(text.removeprefix("\ufeff"))
     except _DuplicateKey as exc:
-        raise InputError(f"{source}: invalid JSON: duplicate key {json.dumps(exc.key)} in an object") from None
+        raise _duplicate_key(exc, source) from None
     except (ValueError, RecursionError):
         pass  # the reader that accepted the text decides what it means
-    finally:
-        sys.setrecursionlimit(limit)
+
+
+def _json_stream(text: str, source: str) -> list[Any] | None:
+    """Two or more JSON values written one after another (as jq -c writes them), read by orjson
+    and checked for duplicate keys on the way; None when the text is not one."""
+    parts: list[str] = []
+    position = _SPACE.match(text, 1 if text.startswith("\ufeff") else 0).end()  # type: ignore[union-attr]
+    try:
+        with _as_deep_as_orjson():
+            while position < len(text):
+                _, end = _KEYS_CHECK.raw_decode(text, position)
+                parts.append(text[position:end])
+                position = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+        # The splitter takes NaN and lone surrogates, orjson does not: then YAML reports.
+        documents = [orjson.loads(part) for part in parts]
+    except _DuplicateKey as exc:
+        raise _duplicate_key(exc, source) from None
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
+        return None
+    return documents if len(documents) > 1 else None
 
 
 @contextmanager
@@ -281,23 +300,17 @@ def _fast_documents(text: str) -> list[Any]:
 def parse_documents(text: str, source: str) -> list[Any]:
     """Parse a YAML or JSON text into its documents (empty documents dropped)."""
     with _no_gc():
-        if _JSON_START.match(text):
+        if looks_like_json(text):
             try:
                 # Integers beyond 64 bits become floats here, as in Kubernetes' own unstructured
                 # JSON decoding (which keeps int64 and reads anything else as float64).
                 documents = [orjson.loads(text[1:] if text.startswith("\ufeff") else text)]
             except orjson.JSONDecodeError:
-                # JSON objects one after another (jq -c, kubectl accepts them); else flow-style
-                # YAML, which also starts with { or [: YAML decides and reports.
-                stream = _json_stream(text)
-                try:  # the splitter takes NaN and lone surrogates, orjson does not: then YAML reports
-                    documents = [orjson.loads(part) for part in stream] if stream is not None else []
-                except orjson.JSONDecodeError:
-                    stream = None
+                # JSON values one after another (kubectl reads them); else flow-style YAML, which
+                # also starts with { or [: YAML decides and reports.
+                stream = _json_stream(text, source)
                 if stream is not None:
-                    for part in stream:
-                        check_json_keys(part, source)
-                    return documents
+                    return stream
             else:
                 check_json_keys(text, source)
                 return documents

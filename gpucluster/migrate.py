@@ -103,7 +103,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from ruamel.yaml.tokens import CommentToken
 
 from gpucluster.errors import InputError
-from gpucluster.manifests import check_json_keys
+from gpucluster.manifests import check_json_keys, looks_like_json
 from gpucluster.translate import (
     DEFAULT_CONFIG,
     PROVISIONED_LABEL,
@@ -1084,14 +1084,20 @@ def _objects(doc: Any) -> Iterator[MutableMapping[str, Any]]:
     mapping = _mapping(doc)
     if mapping is None:
         return
-    kind = mapping.get("kind")
-    items = _seq(mapping.get("items"))
-    if isinstance(kind, str) and kind.endswith("List") and items is not None:
+    items = _list_items(mapping)
+    if items is not None:
         for item in items:
             if _mapping(item) is not None:
                 yield item
     else:
         yield mapping
+
+
+def _list_items(mapping: Mapping[str, Any]) -> MutableSequence[Any] | None:
+    """The items of a ``List`` document (kind ``...List`` with a list of items), else None."""
+    kind = mapping.get("kind")
+    items = _seq(mapping.get("items"))
+    return items if isinstance(kind, str) and kind.endswith("List") else None
 
 
 def _asks_for_gpus(value: Any) -> bool:
@@ -1116,32 +1122,17 @@ def _check_objects(doc: Any, source: str, document: int) -> None:
     holds a GPU resource key: passed over, its GPU requests would go unreported (kubectl and the
     other commands refuse such documents). Without one it is left alone, as any other YAML a
     manifest tree may hold (an Ansible playbook is a list)."""
-    if (_mapping(doc) is not None and not _is_list_of_values(doc)) or not _asks_for_gpus(doc):
-        return
-    why = "it holds a GPU resource request"
     mapping = _mapping(doc)
     if mapping is None:
-        what = "list" if _seq(doc) is not None else "scalar"
-        raise InputError(f"{source}: document {document} is a {what}, expected a Kubernetes object ({why})")
-    kind = mapping.get("kind")
-    items = _seq(mapping.get("items"))
-    if isinstance(kind, str) and kind.endswith("List") and items is not None:
-        for position, item in enumerate(items):
-            if _mapping(item) is None:
-                raise InputError(f"{source}: document {document} ({kind}): items[{position}] is not an object ({why})")
-
-
-def _is_list_of_values(doc: Any) -> bool:
-    """A ``List`` document with an item that is not an object."""
-    mapping = _mapping(doc)
-    kind = mapping.get("kind") if mapping is not None else None
-    items = _seq(mapping.get("items")) if mapping is not None else None
-    return (
-        isinstance(kind, str)
-        and kind.endswith("List")
-        and items is not None
-        and any(_mapping(item) is None for item in items)
-    )
+        what = f"is a {'list' if _seq(doc) is not None else 'scalar'}, expected a Kubernetes object"
+    else:
+        items = _list_items(mapping) or ()
+        position = next((i for i, item in enumerate(items) if _mapping(item) is None), None)
+        if position is None:
+            return
+        what = f"({mapping['kind']}): items[{position}] is not an object"
+    if _asks_for_gpus(doc):
+        raise InputError(f"{source}: document {document} {what} (it holds a GPU resource request)")
 
 
 def _template_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -1556,8 +1547,7 @@ def migrate_text(
     format (``True`` for a ``.json`` file, whose errors are then JSON errors); by default text
     starting with ``{`` or ``[`` that parses as JSON is JSON.
     """
-    looks_json = bool(re.match(r"\A\s*[\[{]", text))
-    if json_input or (json_input is None and looks_json):
+    if json_input or (json_input is None and looks_like_json(text)):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
