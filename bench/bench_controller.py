@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import yaml
 
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.kube.client import Kube, KubeError
+from gpucluster.sandbox.ports import free_port
 from gpucluster.sandbox.sim.gpunodes import node_slices
 from gpucluster.translate import parse_quantity
 
@@ -58,12 +58,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 RECONCILES = 'gpucluster_controller_reconciles_total{reconciler="gpucluster"'  # any result
@@ -144,7 +138,7 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
                     await kube.request("POST", "/apis/resource.k8s.io/v1/resourceslices", body=resource_slice)
 
         await asyncio.gather(*(publish(name) for name in names))
-        port = _free_port()
+        port = free_port()
         controller = subprocess.Popen(
             [sys.executable, "-m", "gpucluster.cli", "controller", "--kubeconfig", str(kubeconfig), "--health-port", str(port),
              "--no-leader-election", "--log-level", "warning"],

@@ -47,17 +47,12 @@ from typing import Any
 import aiohttp
 
 from gpucluster.certs.authority import new_ca, new_serving_cert
+from gpucluster.sandbox.ports import free_port
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 
 DURATION = float(os.environ.get("BENCH_WEBHOOK_SECONDS", "8"))
 ROUNDS = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(args: list[str], port: int, ca: bytes) -> subprocess.Popen[bytes]:
@@ -210,7 +205,7 @@ def run() -> list[dict[str, Any]]:
     body, distinct = _bodies(), _distinct_bodies()
     named, counted = _distinct_bodies(names=True), _distinct_bodies(counts=True)
     ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
-    ours_port, bare_port = _free_port(), _free_port()
+    ours_port, bare_port = free_port(), free_port()
     ours = _start(
         [sys.executable, "-m", "gpucluster.cli", "webhook", "--host", "127.0.0.1", "--port", str(ours_port),
          "--cert-dir", str(tmp), "--cluster", str(tmp / "cluster.yaml"), "--log-level", "warning", "--shutdown-delay", "0"],

@@ -168,11 +168,9 @@ def _walk(running: Path) -> None:
 
 
 def test_run_takes_the_api_server_port(checkout: Path, tmp_path: Path) -> None:
-    import socket
+    from gpucluster.sandbox.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "run.out"
     with log.open("w") as out:
         proc = subprocess.Popen(

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 
 from gpucluster.sandbox.controlplane import build, pki
+from gpucluster.sandbox.ports import free_port
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -67,16 +67,14 @@ class ClusterOptions:
     ``OwnerReferencesPermissionEnforcement``."""
 
 
+_PORT_ATTEMPTS = 3
+_ADDRESS_IN_USE = "address already in use"
+
+
 def _pdeathsig() -> None:  # in the child, between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     os.setsid()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gates_flag(gates: Mapping[str, bool]) -> list[str]:
@@ -194,12 +192,26 @@ class ControlPlane:
     # ------------------------------------------------------------------ life cycle
 
     def up(self) -> ControlPlane:
-        try:
-            self._up()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        # A chosen port can still be taken by another listener before its component binds it
+        # (parallel test workers, other programs): start again on new ports, a few times.
+        fresh_etcd = not (self.workdir / "etcd").exists()
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._up()
+            except ControlPlaneError as err:
+                self._stop_components()
+                if not (fresh_etcd and _ADDRESS_IN_USE in str(err) and attempt + 1 < _PORT_ATTEMPTS):
+                    self.stop()
+                    raise
+                bind = next(line for line in str(err).splitlines() if _ADDRESS_IN_USE in line)
+                self.say(f"a port was taken before its component bound it; starting again: {bind.strip()}")
+                shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+            except BaseException:
+                self.stop()
+                raise
+            else:
+                return self
+        raise AssertionError("unreachable")
 
     def _up(self) -> None:
         opts = self.options
@@ -211,7 +223,8 @@ class ControlPlane:
                 f"(or `gpucluster cluster build --version {opts.version}`)"
             )
         self.binaries = binaries
-        self.pki = pki.create(self.workdir / "pki")
+        if self.pki is None:  # kept when up() starts again: its files are what clients already hold
+            self.pki = pki.create(self.workdir / "pki")
         etcd_port, peer_port = free_port(), free_port()
         self.apiserver_port, self.scheduler_port = free_port(), free_port()
         logs = self.workdir / "logs"
@@ -333,10 +346,13 @@ class ControlPlane:
                 raise ControlPlaneError(f"{component.name} not ready after {timeout:.0f} s:\n{component.tail()}")
             time.sleep(0.1)
 
-    def stop(self) -> None:
+    def _stop_components(self) -> None:
         for component in reversed(self.components):
             component.stop()
         self.components = []
+
+    def stop(self) -> None:
+        self._stop_components()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -24,7 +24,8 @@ import yaml
 
 from gpucluster.cli.run import CLUSTERPOLICY_CRD, NVIDIADRIVER_CRD, RunOptions, chart_crds
 from gpucluster.sandbox.controlplane import build
-from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane, free_port
+from gpucluster.sandbox.controlplane.cluster import ClusterOptions, ControlPlane
+from gpucluster.sandbox.ports import free_port
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 

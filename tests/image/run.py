@@ -9,7 +9,6 @@ import contextlib
 import http.client
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpucluster.certs import authority
+from gpucluster.sandbox.ports import free_port
 from gpucluster.sandbox.sim import container, imagespec
 from gpucluster.sandbox.sim.images import Image
 
@@ -101,12 +101,6 @@ def tmp_volume() -> Volume:
     return Volume("/tmp", {"emptyDir": {}}, {}, read_only=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ready(port: int) -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -166,7 +160,7 @@ class Webhook:
     def from_image(self, image: Any) -> float:
         self.runs += 1
         root = self.work / f"image-{self.runs}"
-        port, health = _free_port(), _free_port()
+        port, health = free_port(), free_port()
         volumes = [
             Volume("/var/run/gpucluster/certs", {"secret": {"defaultMode": 0o440}},
                              {k: (v, 0o440) for k, v in self.certs.items()}),
@@ -193,7 +187,7 @@ class Webhook:
             d.mkdir(parents=True)
             for name, data in files.items():
                 (d / name).write_bytes(data)
-        port, health = _free_port(), _free_port()
+        port, health = free_port(), free_port()
         env = {**os.environ, **self._env(), "GPUCLUSTER_SERVICEACCOUNT_DIR": str(account), "TMPDIR": str(root)}
         started = time.monotonic()
         proc = subprocess.Popen(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+from pathlib import Path
+
+import pytest
 
 from gpucluster.sandbox.controlplane import pki
 from gpucluster.sandbox.controlplane.build import resolve_version
 from gpucluster.sandbox.controlplane.cluster import ControlPlane
-from tests.e2e.backends import kube_version
+from tests.e2e.backends import kube_version, require_kube
 from tests.realkube.api import Api
 
 KUBECTL = "/usr/bin/kubectl"
@@ -85,6 +89,55 @@ def test_stop_ends_every_process_and_removes_its_directory() -> None:
         except ProcessLookupError:
             continue
         raise AssertionError(f"process {pid} still runs")
+
+
+def test_a_port_taken_before_its_component_binds_it_starts_the_plane_again_on_new_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpucluster.sandbox.controlplane import cluster
+    from gpucluster.sandbox.ports import free_port
+
+    require_kube()
+    # Another listener takes kube-apiserver's port between its choice and its bind (the third
+    # port chosen: etcd's client and peer ports come first), as a parallel test worker may.
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    chosen: list[int] = []
+
+    def choose() -> int:
+        port = taken if len(chosen) == 2 else free_port()
+        chosen.append(port)
+        return port
+
+    monkeypatch.setattr(cluster, "free_port", choose)
+    said: list[str] = []
+    plane = cluster.ControlPlane(
+        cluster.ClusterOptions(version=kube_version(), nodes=1, gpus_per_node=1), say=said.append
+    )
+    try:
+        plane.up()
+        assert plane.apiserver_port != taken
+        assert plane.admin_get("/version")["gitVersion"] == f"v{resolve_version(kube_version())}"
+        assert len(chosen) == 8  # four ports, chosen twice
+        assert any("starting again" in line and "address already in use" in line for line in said), said
+        assert len(plane.components) == 5  # the first try's etcd is not left running
+    finally:
+        plane.stop()
+        squatter.close()
+
+
+def test_a_port_free_now_is_below_the_kernels_ephemeral_range() -> None:
+    from gpucluster.sandbox.ports import free_port
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    for port in ports:
+        assert 20000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    assert len(ports) > 1  # chosen at random, so parallel workers rarely meet
 
 
 def test_a_process_pod_runs_with_a_bound_token_and_kubectl_logs_reads_it(kube: ControlPlane) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from gpucluster.clusterstate import ClusterState
 from gpucluster.kube.client import Kube
 from gpucluster.policy import Settings
 from gpucluster.sandbox.apiserver.context import Attributes
+from gpucluster.sandbox.ports import free_port
 from gpucluster.sandbox.server import SandboxThread
 from gpucluster.translate import TEMPLATES_ANNOTATION, TRANSLATED_LABEL
 from gpucluster.webhook.review import decode_patch
@@ -36,13 +36,6 @@ async def _post(body: dict[str, Any]) -> dict[str, Any]:
         assert resp.status == 200
         result: dict[str, Any] = await resp.json()
         return result
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _create_namespace(kubeconfig: str, name: str) -> None:
@@ -68,7 +61,7 @@ def test_the_webhook_writes_nothing_to_the_api_server(sb: SandboxThread, tmp_pat
     for name, data in (("ca.crt", ca.cert_pem), ("tls.crt", pair.cert_pem), ("tls.key", pair.key_pem)):
         (tmp_path / name).write_bytes(data)
     trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-    base = f"https://127.0.0.1:{_free_port()}"
+    base = f"https://127.0.0.1:{free_port()}"
     s.core.admission.mutating.insert(0, record)  # first: sees every write, even one a later hook refuses
     try:
         sb.call(_create_namespace(str(s.kubeconfig_path), "ml"))
