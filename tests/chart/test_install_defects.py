@@ -13,6 +13,7 @@ from tests.chart.helm import (
     NAMESPACE,
     Manifest,
     default_objects,
+    render,
     render_error,
     render_recipe,
 )
@@ -171,4 +172,71 @@ def test_valid_names_and_tags_render() -> None:
     objs = render_recipe(DOCS_PREINSTALLED, "fullnameOverride=gpu-op", "driver.version=580.95.05")
     assert one(objs, "Job", "cleanup").name == "gpu-op-cleanup"
     digest = "sha256:" + "a" * 64
-    assert render_recipe(DOCS_PREINSTALLED, f"operator.version={digest}")
+    objs = render_recipe(DOCS_PREINSTALLED, f"operator.version={digest}")
+    # A digest is pinned with "@" (as the operands' versions are): "image:sha256:..." is an
+    # InvalidImageName for the kubelet, in every operator container and hook.
+    images = {
+        c["image"]
+        for o in objs
+        if o.kind in ("Deployment", "Job")
+        for c in o["spec"]["template"]["spec"]["containers"]
+        if c["image"].startswith("ghcr.io/gpucluster/gpucluster")
+    }
+    assert images == {f"ghcr.io/gpucluster/gpucluster@{digest}"}
+
+
+def test_a_release_name_of_helms_full_length_names_jobs_kubernetes_accepts() -> None:
+    # The Job controller copies a Job's name into its pods' batch.kubernetes.io/job-name label,
+    # at most 63 characters: the defaults hook's name was 64 for release names of 44-53 characters.
+    release = "gpu-operator-production-cluster-eu-west-1-abcdefgh"  # 50; Helm allows 53
+    for recipe in DOCS_RECIPES:
+        objs = render(recipe.set_flags, api_versions=recipe.api_versions, release=release)
+        jobs = [o.name for o in objs if o.kind == "Job"]
+        assert len(jobs) >= 3, jobs
+        assert all(len(name) <= 63 for name in jobs), [(n, len(n)) for n in jobs]
+    objs = render(
+        [*DOCS_PREINSTALLED.set_flags, "fullnameOverride=" + "g" * 63],
+        api_versions=DOCS_PREINSTALLED.api_versions,
+    )
+    assert all(len(o.name) <= 63 for o in objs if o.kind == "Job")
+
+
+def test_a_release_name_starting_with_a_digit_is_refused_with_what_to_do() -> None:
+    # Services are named release-gpucluster-webhook, and a Service name must start with a letter
+    # (DNS-1035) on 1.34: kube-apiserver would refuse it after half the release was created.
+    message = render_error(release="1gpu")
+    assert "Service names must start with a letter" in message and "fullnameOverride" in message
+    assert render(["fullnameOverride=gpu"], release="1gpu")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["webhook.port=9444"], "webhook.port and webhook.healthPort are both 9444"),
+        (["webhook.healthPort=8081"], "webhook.healthPort=8081 is the controller's health port"),
+        (["webhook.port=8081"], "webhook.port=8081 is the controller's health port"),
+    ],
+)
+def test_ports_that_collide_in_the_operator_pod_are_refused(flags: list[str], expected: str) -> None:
+    assert expected in render_error(flags)
+
+
+def test_large_counts_from_a_values_file_render_as_integers() -> None:
+    # Helm reads a values file's numbers as float64, which Go prints as 2e+06: the webhook's and
+    # the hooks' integer flags would refuse them and the pod would crash-loop.
+    values = {
+        "webhook": {"connections": {"max": 2000000.0, "perPeer": 1000000.0}},
+        "cleanup": {"timeoutSeconds": 1000000.0},
+        "gpuCluster": {"enabled": True, "applyTimeoutSeconds": 1000000.0},
+        "driver": {"enabled": False},
+    }
+    args = [
+        a
+        for o in render(values)
+        if o.kind in ("Deployment", "Job")
+        for c in o["spec"]["template"]["spec"]["containers"]
+        for a in c.get("args", [])
+    ]
+    assert "--max-connections=2000000" in args and "--max-connections-per-peer=1000000" in args
+    assert args.count("--timeout=1000000") == 2, [a for a in args if a.startswith("--timeout")]
+    assert not [a for a in args if "e+" in a]

@@ -80,7 +80,7 @@ gpucluster.nvidia.com/inject-ca-bundle: "true"
 
 {{/* Images. */}}
 {{- define "gpucluster.image" -}}
-{{ .Values.operator.repository }}/{{ .Values.operator.image }}:{{ .Values.operator.version | default .Chart.AppVersion }}
+{{ include "gpucluster.operandImage" (dict "repository" .Values.operator.repository "image" .Values.operator.image "version" (.Values.operator.version | default .Chart.AppVersion)) }}
 {{- end -}}
 
 {{/* repository/image:version of an operand's values, "" when incomplete; a sha256: version is a digest. */}}
