@@ -30,7 +30,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpucluster.claimtemplates import bound_problems
+from gpucluster.claimtemplates import bound_problems, dra_model_absent
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.policy import WEBHOOK_CONFIG, native_resources, opted_out
 from gpucluster.translate import DEFAULT_CONFIG, gpu_resources, translate_pod_spec
@@ -81,6 +81,8 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     if MIRROR_ANNOTATION in (annotations or {}) or DEFAULT_CONFIG.annotation in (annotations or {}):
         return []
+    if dra_model_absent(state) is not None:
+        return []  # the device plugin (or nothing) serves nvidia.com/gpu here, as the webhook left it
     wanted = {r for counts in gpu_resources(spec).values() for r in counts}
     wanted -= set(native_resources(state))
     if not wanted or opted_out(pod, state.namespace_labels(str(meta.get("namespace") or ""))):

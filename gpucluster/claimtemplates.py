@@ -86,6 +86,38 @@ def published(cluster: ClusterState) -> Published:
     return cluster.derived("published-mig-profiles", _published, kinds=("ResourceSlice",))
 
 
+DRA_MODEL_KINDS = ("GPUCluster", "DeviceClass", "ResourceSlice")
+
+
+def dra_model_absent(cluster: ClusterState) -> str | None:
+    """Why no DRA model serves NVIDIA GPUs in the view, or None when one does or the view cannot tell.
+
+    A translated pod's claims are allocated only where the DRA model runs: a GPUCluster (which
+    deploys the driver and the DeviceClasses), a DeviceClass a translation names, or NVIDIA devices
+    published in ResourceSlices (a DRA driver installed on its own). Where none of these exists
+    (the chart installed with gpuCluster.enabled=false; a device-plugin cluster, with or without a
+    ClusterPolicy), the device plugin or nothing serves ``nvidia.com/gpu``, and a translated pod
+    would wait forever. A static view (a file) or one not yet synced cannot tell: as before.
+    """
+    if cluster.static or not cluster.synced(DRA_MODEL_KINDS):
+        return None
+    return cluster.derived("dra-model-absent", _dra_model_absent, kinds=(*DRA_MODEL_KINDS, "ClusterPolicy"))
+
+
+def _dra_model_absent(cluster: ClusterState) -> str | None:
+    if cluster.list("GPUCluster"):
+        return None
+    classes = {m.device_class for m in WEBHOOK_CONFIG.mapping.values()} | {WEBHOOK_CONFIG.mig_device_class}
+    if any(cluster.get("DeviceClass", name) is not None for name in classes):
+        return None
+    if published(cluster).mig_profiles is not None:
+        return None
+    policies = sorted(str(metadata(p).get("name")) for p in cluster.list("ClusterPolicy"))
+    if policies:
+        return f"the cluster runs the device-plugin model (ClusterPolicy {policies[0]}) and no GPUCluster"
+    return "no GPUCluster, NVIDIA DeviceClass or NVIDIA ResourceSlice: nothing would allocate its claims"
+
+
 def bound_problems(
     translation: Translation, cluster: ClusterState, config: TranslationConfig, *, complete: bool = False
 ) -> list[str]:

@@ -54,6 +54,9 @@ class ClusterState:
         self.generation = 0
         self._kind_generations: dict[str, int] = {}
         self._derived: dict[str, tuple[Any, Any]] = {}
+        # A static view holds what it was given (a file, a test's objects): that an object is not
+        # in it says nothing of the cluster. A view kept by list and watch says it is absent.
+        self.static = False
 
     def derived(self, key: str, build: Callable[[ClusterState], T], kinds: Iterable[str] | None = None) -> T:
         """``build(self)``, kept on this view until it changes: any change, or with ``kinds`` only a
@@ -79,6 +82,7 @@ class ClusterState:
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterState:
         """A static view (offline use, tests, benchmarks): every kind counts as synced."""
         state = cls()
+        state.static = True
         by_kind: dict[str, list[KubeObject]] = {kind: [] for kind in KINDS}
         for obj in objects:
             kind = obj.get("kind")

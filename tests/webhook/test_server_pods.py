@@ -39,9 +39,17 @@ async def _post(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _create_namespace(kubeconfig: str, name: str) -> None:
+    """The namespace, and NVIDIA's DeviceClass: the DRA model serves the cluster (pods are
+    translated only where it does)."""
     kube = await Kube.connect(kubeconfig)
     try:
         await kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})  # fmt: skip
+        device_class = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com"},
+        }
+        await kube.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=device_class)
     finally:
         await kube.close()
 
@@ -65,7 +73,7 @@ def test_the_webhook_writes_nothing_to_the_api_server(sb: SandboxThread, tmp_pat
     s.core.admission.mutating.insert(0, record)  # first: sees every write, even one a later hook refuses
     try:
         sb.call(_create_namespace(str(s.kubeconfig_path), "ml"))
-        assert writes == [("CREATE", "namespaces", "", "ml")]  # the recorder sees writes
+        assert writes == [("CREATE", "namespaces", "", "ml"), ("CREATE", "deviceclasses", "", "gpu.nvidia.com")]
         writes.clear()
         webhook = subprocess.Popen(
             [

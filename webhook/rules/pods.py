@@ -33,6 +33,7 @@ from gpucluster.claimtemplates import (  # noqa: F401 (re-exported: the webhook'
     NVIDIA_GPU_DRIVER,
     Published,
     bound_problems,
+    dra_model_absent,
     gate_ops,
     published,
 )
@@ -269,6 +270,9 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
         )
     if opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
+    absent = dra_model_absent(cluster)
+    if absent is not None:
+        return Verdict.allow(short_warning(f"not translated: {absent}"))
     native: _Native = (WEBHOOK_CONFIG, frozenset())
     if settings.translation_mode in ("auto", "audit"):
         native = _native_config(cluster)
