@@ -72,6 +72,12 @@ def _bool(description: str) -> Schema:
 _GATE = "[A-Za-z0-9]+=(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)"
 
 
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = f"^({_DNS_LABEL}(\\.{_DNS_LABEL})*/)?{_LABEL_NAME}$"
+_LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+
+
 def build_schema() -> Schema:
     spec = gpucluster_schema()["properties"]["spec"]["properties"]
     kubelet = spec["draDriver"]["properties"]["gpus"]["properties"]["kubeletPlugin"]["properties"]
@@ -79,6 +85,16 @@ def build_schema() -> Schema:
     pull_policy = _strict(spec["draDriver"]["properties"]["imagePullPolicy"])
     pull_secrets = _strict(spec["draDriver"]["properties"]["imagePullSecrets"])
     string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    # Label keys and values as the API server validates them (a qualified name; a value of at
+    # most 63 characters), so a bad one fails the render, not the API call half-way through.
+    label_map = {
+        "type": "object",
+        "propertyNames": {"pattern": _LABEL_KEY, "maxLength": 317},
+        "additionalProperties": {"type": "string", "pattern": _LABEL_VALUE, "maxLength": 63},
+    }
+    # The chart's own labels (app.kubernetes.io/*, helm.sh/chart) are refused by validations.yaml,
+    # with a message that names the value.
+    operator_labels = {**label_map, "description": "Extra labels of every object, besides the chart's own."}
     env_var = _obj(
         {
             "name": _str("Name of the environment variable.", minLength=1),
@@ -142,7 +158,7 @@ def build_schema() -> Schema:
                         "enabled": _bool("Create an NVIDIADriver resource (automatic upgrades off)."),
                         "name": _str("Name of the NVIDIADriver.", minLength=1),
                         "driverType": {"type": "string", "enum": ["gpu", "vgpu", "vgpu-host-manager"]},
-                        "nodeSelector": string_map,
+                        "nodeSelector": label_map,
                     }
                 ),
                 **image,
@@ -167,10 +183,10 @@ def build_schema() -> Schema:
                 "env": {"type": "array", "items": env_var, "description": "Extra environment of the controller."},
                 "resources": resources,
                 "priorityClassName": _str("Priority class of the operator pods."),
-                "nodeSelector": string_map,
+                "nodeSelector": label_map,
                 "tolerations": tolerations,
                 "affinity": {"type": "object", "description": "Affinity of the operator pods."},
-                "labels": string_map,
+                "labels": operator_labels,
                 "annotations": string_map,
                 "featureGates": _str(
                     "DRA feature gates of the cluster (Name=bool,...) for the webhook's claim checks and the "

@@ -240,3 +240,29 @@ def test_large_counts_from_a_values_file_render_as_integers() -> None:
     assert "--max-connections=2000000" in args and "--max-connections-per-peer=1000000" in args
     assert args.count("--timeout=1000000") == 2, [a for a in args if a.startswith("--timeout")]
     assert not [a for a in args if "e+" in a]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # Rendered twice in one map, the last wins: the pods no longer match the selector.
+        (
+            ["operator.labels.app\\.kubernetes\\.io/instance=other"],
+            "operator.labels.app.kubernetes.io/instance: the chart sets",
+        ),
+        (["operator.labels.helm\\.sh/chart=x"], "operator.labels.helm.sh/chart: the chart sets"),
+        (["operator.labels.team=a b c"], "/operator/labels/team"),
+        (["operator.labels.bad key!=x"], "invalid propertyName 'bad key!'"),
+        (["operator.labels.team=" + "x" * 64], "/operator/labels/team"),
+        (["operator.nodeSelector.pool=a b"], "/operator/nodeSelector/pool"),
+    ],
+)
+def test_labels_the_api_server_would_refuse_fail_the_render(flags: list[str], expected: str) -> None:
+    assert expected in render_error(flags)
+
+
+def test_labels_of_ones_own_render_on_every_object() -> None:
+    objs = render(["operator.labels.team=ml", "operator.labels.example\\.com/owner=a_b-c.d"])
+    deployment = one(objs, "Deployment")
+    assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+    assert deployment["metadata"]["labels"]["example.com/owner"] == "a_b-c.d"
