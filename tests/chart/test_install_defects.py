@@ -266,3 +266,12 @@ def test_labels_of_ones_own_render_on_every_object() -> None:
     deployment = one(objs, "Deployment")
     assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
     assert deployment["metadata"]["labels"]["example.com/owner"] == "a_b-c.d"
+
+
+@pytest.mark.parametrize(("delay", "grace"), [(None, 30), (0, 30), (7, 32), (40.5, 66)])
+def test_the_grace_period_covers_the_webhooks_shutdown_delay_and_its_drain(delay: float | None, grace: int) -> None:
+    # SIGTERM: /readyz fails for shutdownDelay seconds, then reviews in flight get up to 20 s; the
+    # kubelet's default 30 s would SIGKILL a webhook told to wait 40 s before it closed.
+    values = {} if delay is None else {"webhook": {"shutdownDelay": delay}}
+    pod = one(render(values), "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
