@@ -101,9 +101,10 @@ async def _burst(kube: Any, tag: str) -> tuple[list[float], list[float], list[fl
             started[(ns, name)] = time.perf_counter()
             created = await kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod(name, init, main))
             admitted[(ns, name)] = time.perf_counter()
-            wants[(ns, name)] = {
-                str(c.get("resourceClaimTemplateName")) for c in created["spec"].get("resourceClaims") or []
-            }
+            claims = created["spec"].get("resourceClaims") or []
+            if not claims:  # every lag would read as the 60 s timeout
+                raise RuntimeError(f"pod {ns}/{name} was not translated: {created['metadata'].get('annotations')}")
+            wants[(ns, name)] = {str(c.get("resourceClaimTemplateName")) for c in claims}
 
     all_shapes = shapes()
     await asyncio.gather(
@@ -209,7 +210,7 @@ def run() -> list[dict[str, Any]]:
         ]
     from gpucluster.cli.run import chart_env
     from tests.e2e.backends import kube_run_options, start_kube
-    from tests.e2e.test_run import StackThread
+    from tests.e2e.test_run import StackThread, serve_dra_model
 
     rows: list[dict[str, Any]] = []
     for label, flags in KCM_SETTINGS.items():
@@ -218,6 +219,7 @@ def run() -> list[dict[str, Any]]:
             runner = StackThread(kube_run_options(plane, environment=chart_env()))
             stack = runner.start()
             try:
+                serve_dra_model(stack)  # pods are translated only where the DRA model serves NVIDIA GPUs
                 measured = _measure_apart(str(stack.kubeconfig))
             finally:
                 runner.stop()

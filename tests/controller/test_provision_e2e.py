@@ -18,7 +18,7 @@ from gpucluster.cli.run import SERVICE, Stack
 from gpucluster.controller.stranded import REASON as STRANDED_REASON
 from gpucluster.translate import PROVISIONED_LABEL
 from tests.e2e.backends import backends
-from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
+from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, serve_dra_model, wait_for
 from tests.webhook.pods import container, pod
 from tests.webhook.reviews import review
 
@@ -37,6 +37,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             pytest.skip("controller not available")
         for ns in ("victim", "team-a", "team-b", "team-c", "team-d"):
             kubectl(stack, "create", "namespace", ns)
+        serve_dra_model(stack)
         yield stack
 
 

@@ -23,7 +23,7 @@ from gpucluster.controller.provision import CONFLICT_REASON, REFUSED_REASON
 from gpucluster.migrate import migrate_text
 from gpucluster.policy import TRANSLATE_LABEL, WEBHOOK_CONFIG
 from tests.e2e.backends import KUBE
-from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, wait_for
+from tests.e2e.test_run import KUBECTL, get_json, kubectl, legacy_pod, run_stack, serve_dra_model, wait_for
 
 pytestmark = [
     pytest.mark.integration,  # starts servers or processes: `make unit` leaves it out
@@ -42,6 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             pytest.skip("controller not available")
         for ns in ("tenant", "team-a", "squat", "migrate"):
             kubectl(stack, "create", "namespace", ns)
+        serve_dra_model(stack)
         rbac = [
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dev", "namespace": "tenant"}},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "pods", "namespace": "tenant"},

@@ -133,17 +133,31 @@ spec:
 """
 
 
+def device_classes() -> str:
+    """NVIDIA's DeviceClasses, as the controller creates them for a GPUCluster."""
+    return yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            }
+            for name, expression in GPU_DEVICE_CLASSES.items()
+        ]
+    )
+
+
+def serve_dra_model(stack: Stack) -> None:
+    """NVIDIA's DeviceClasses, seen by the webhook: pods are translated only where the DRA model
+    serves NVIDIA GPUs, and the stacks these tests start have no GPUCluster."""
+    kubectl(stack, "apply", "--server-side", "-f", "-", stdin=device_classes())
+    wait_for("the webhook to see gpu.nvidia.com", lambda: stack.cluster.get("DeviceClass", "gpu.nvidia.com"))
+
+
 def dra_driver_manifests(namespace: str) -> str:
     """What the controller deploys for the DRA driver, reduced to what the simulation reads."""
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]},
-        }
-        for name, expression in GPU_DEVICE_CLASSES.items()
-    ]
+    docs: list[dict[str, Any]] = list(yaml.safe_load_all(device_classes()))
     labels = {"app.kubernetes.io/name": "nvidia-dra-driver-gpu"}
     docs.append(
         {

@@ -14,7 +14,7 @@ import pytest
 from gpucluster.cli import run as command
 from gpucluster.cli.run import RunOptions
 from gpucluster.errors import InputError
-from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod
+from tests.e2e.test_run import KUBECTL, StackThread, get_json, kubectl, legacy_pod, serve_dra_model
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -121,6 +121,7 @@ def test_run_with_client_auth_in_the_sandbox(tmp_path: Path, names: tuple[str, .
     runner = StackThread(options)
     stack = runner.start()
     try:
+        serve_dra_model(stack)
         kubectl(stack, "create", "-f", "-", stdin=legacy_pod("legacy", 1))
         pod = get_json(stack, "pod", "legacy")
         assert bool(pod["spec"].get("resourceClaims")) is translated, pod["spec"]

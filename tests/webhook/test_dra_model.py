@@ -64,7 +64,13 @@ def translated(out: Admission) -> bool:
     return "patch" in out.response["response"]
 
 
-@pytest.mark.parametrize("mode", ["auto", "always", "audit"])
+def test_audit_mode_says_what_would_be_translated_once_the_dra_model_serves() -> None:
+    # The migration guide's first step ("watch first") runs before the cluster serves DRA.
+    [warning] = mutate(live(CLUSTER_POLICY, NODE), "audit").response["response"]["warnings"]
+    assert warning.startswith("audit: would translate")
+
+
+@pytest.mark.parametrize("mode", ["auto", "always"])
 def test_a_device_plugin_cluster_keeps_its_gpu_pods_as_written(mode: str) -> None:
     out = mutate(live(CLUSTER_POLICY, NODE), mode)
     response = out.response["response"]
@@ -79,8 +85,11 @@ def test_a_cluster_without_any_dra_model_keeps_its_gpu_pods_as_written() -> None
     assert not translated(out)
     [warning] = out.response["response"]["warnings"]
     assert "no GPUCluster, NVIDIA DeviceClass or NVIDIA ResourceSlice" in warning
-    # Another driver's devices are not NVIDIA's DRA model.
+    # Another driver's devices are not NVIDIA's DRA model, nor an NVIDIA slice with no devices.
     assert not translated(mutate(live(nvidia_slice("gpu.example.com"), device_class("gpu.example.com"))))
+    empty = nvidia_slice()
+    empty["spec"]["devices"] = []
+    assert not translated(mutate(live(empty)))
 
 
 @pytest.mark.parametrize(
@@ -100,8 +109,9 @@ def test_any_sign_of_the_dra_model_translates(evidence: list[dict[str, Any]]) ->
 
 
 def test_a_view_that_cannot_tell_translates_as_before() -> None:
-    # Not yet listed: the webhook cannot say a GPUCluster is absent.
-    assert translated(mutate(live(CLUSTER_POLICY, unsynced=("GPUCluster",))))
+    # Not yet listed: the webhook cannot say a GPUCluster (a DeviceClass, a slice) is absent.
+    for kind in ("GPUCluster", "DeviceClass", "ResourceSlice"):
+        assert translated(mutate(live(CLUSTER_POLICY, unsynced=(kind,))))
     # Offline (gpucluster admit, --cluster FILE): the file holds what it was given.
     assert translated(mutate(ClusterState.from_objects([NAMESPACE, CLUSTER_POLICY])))
     assert translated(mutate(ClusterState.from_objects([])))
@@ -138,3 +148,29 @@ async def test_an_untranslated_pod_on_a_device_plugin_cluster_is_not_stranded() 
     assert stranded_resources(pod, state, "gpu-operator") == ["nvidia.com/gpu"]
     await stranded.check(pod, "ml/train", event, delete)
     assert set(events) == {"UntranslatedGPURequest"} and deleted == ["train"]
+
+
+async def test_the_servers_kept_answers_follow_the_view() -> None:
+    # The server keeps each pod shape's answer: it must not keep "not translated" once NVIDIA's
+    # DeviceClass appears, nor the patch once it is gone.
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from gpucluster.webhook.server import build_app
+
+    state = live(CLUSTER_POLICY, NODE)
+    body = json.dumps(review(pod(container("cuda", {"nvidia.com/gpu": "2"})), namespace="ml"))
+    async with TestClient(TestServer(build_app(state, Settings()))) as client:
+
+        async def answer() -> dict[str, Any]:
+            resp = await client.post("/mutate", data=body, headers={"Content-Type": "application/json"})
+            assert resp.status == 200
+            result: dict[str, Any] = (await resp.json())["response"]
+            return result
+
+        for _ in range(2):
+            assert "patch" not in await answer()
+        state.upsert("DeviceClass", device_class("gpu.nvidia.com"))
+        for _ in range(2):
+            assert "patch" in await answer()
+        state.delete("DeviceClass", device_class("gpu.nvidia.com"))
+        assert "patch" not in await answer()

@@ -270,14 +270,15 @@ def mutate_pod_request(request: AdmissionRequest, cluster: ClusterState, setting
         )
     if opted_out(pod, cluster.namespace_labels(namespace)):
         return Verdict.allow(outcome="skipped")
-    absent = dra_model_absent(cluster)
-    if absent is not None:
-        return Verdict.allow(short_warning(f"not translated: {absent}"))
     native: _Native = (WEBHOOK_CONFIG, frozenset())
     if settings.translation_mode in ("auto", "audit"):
         native = _native_config(cluster)
         if native[1] and all(native[0].resolve(r) is None for r in wanted):
             return Verdict.allow(outcome="skipped")  # the scheduler allocates these natively
+    # Audit mode changes nothing: it says what would be translated once the DRA model serves.
+    absent = dra_model_absent(cluster) if settings.translation_mode != "audit" else None
+    if absent is not None:
+        return Verdict.allow(short_warning(f"not translated: {absent}"))
     config = native[0]
     meta = metadata(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
