@@ -9,6 +9,7 @@ values against values.schema.json and runs the templates; ``--set`` flags go thr
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from functools import cache
@@ -18,6 +19,8 @@ from typing import Any
 import helm_python as helm
 import yaml
 from helm_python import _native
+
+from gpucluster.certs.authority import new_ca
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "gpucluster"
 
@@ -31,6 +34,8 @@ SERVICE_MONITOR_API = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1/Ser
 DEFAULT_API_VERSIONS: tuple[str, ...] = DEVICE_CLASS_API
 
 NAMESPACE = "gpu-operator"
+# A CA certificate as the chart's caBundle values take it (base64 of the PEM).
+CA_BUNDLE = base64.b64encode(new_ca("chart-test-ca").cert_pem).decode()
 RELEASE = "gpu-operator"
 
 Values = dict[str, Any]

@@ -26,6 +26,7 @@ from gpucluster.webhook.admission import HOOKS
 from gpucluster.webhook.configurations import webhook_configurations
 from tests.chart import helm, schema
 from tests.chart.helm import (
+    CA_BUNDLE,
     CERT_MANAGER_API,
     DOCS_OPERATOR_MANAGED,
     DOCS_PREINSTALLED,
@@ -398,11 +399,11 @@ def test_certificates_from_a_secret() -> None:
         DOCS_PREINSTALLED,
         "webhook.certificates.mode=secret",
         "webhook.certificates.secret.name=my-tls",
-        "webhook.certificates.secret.caBundle=QUJD",
+        f"webhook.certificates.secret.caBundle={CA_BUNDLE}",
     )
     assert not {"Secret", "Certificate", "Issuer"} & kinds(objs)
     for config in (o for o in objs if o.kind.endswith("WebhookConfiguration")):
-        assert all(w["clientConfig"]["caBundle"] == "QUJD" for w in config["webhooks"])
+        assert all(w["clientConfig"]["caBundle"] == CA_BUNDLE for w in config["webhooks"])
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     (certs,) = [v for v in pod["volumes"] if v["name"] == "certs"]
     assert certs["secret"]["secretName"] == "my-tls"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart.helm import (
+    CA_BUNDLE,
     DOCS_OPERATOR_MANAGED,
     DOCS_PREINSTALLED,
     DOCS_RECIPES,
@@ -275,3 +276,22 @@ def test_the_grace_period_covers_the_webhooks_shutdown_delay_and_its_drain(delay
     values = {} if delay is None else {"webhook": {"shutdownDelay": delay}}
     pod = one(render(values), "Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == grace
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["webhook.clientAuth.caBundle=QUJD"],  # base64 of "ABC"
+        [
+            "webhook.certificates.mode=secret",
+            "webhook.certificates.secret.name=s",
+            "webhook.certificates.secret.caBundle=QUJD",
+        ],
+    ],
+    ids=["clientAuth", "secret"],
+)
+def test_a_ca_bundle_that_is_not_a_pem_certificate_is_refused(flags: list[str]) -> None:
+    # The schema checks only base64: kube-apiserver (or the webhook) would trust nothing with it.
+    assert "is not a base64-encoded PEM certificate" in render_error(flags)
+    good = [f.replace("QUJD", CA_BUNDLE) for f in flags]
+    assert render(good)

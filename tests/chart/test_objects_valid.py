@@ -19,6 +19,7 @@ from gpucluster.api.structural import apply_defaults
 from gpucluster.api.validation import validate_gpucluster
 from tests.chart import helm
 from tests.chart.helm import (
+    CA_BUNDLE,
     CERT_MANAGER_API,
     DOCS_OPERATOR_MANAGED,
     DOCS_PREINSTALLED,
@@ -50,7 +51,7 @@ COMBINATIONS = [
     DOCS_PREINSTALLED.with_flags(
         "webhook.certificates.mode=secret",
         "webhook.certificates.secret.name=my-tls",
-        "webhook.certificates.secret.caBundle=QUJD",
+        f"webhook.certificates.secret.caBundle={CA_BUNDLE}",
     ),
     DOCS_PREINSTALLED.with_flags("dcgm.enabled=true"),
     DOCS_PREINSTALLED.with_flags("webhook.enabled=false"),
