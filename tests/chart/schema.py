@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.api.crd import gpucluster_schema
+from gpucluster.api.kubefields import LABEL_VALUE, LONG_PREFIX, QUALIFIED_NAME
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gpucluster"
 SCHEMA_FILE = CHART / "values.schema.json"
@@ -72,12 +73,6 @@ def _bool(description: str) -> Schema:
 _GATE = "[A-Za-z0-9]+=(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)"
 
 
-_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_LABEL_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = f"^({_DNS_LABEL}(\\.{_DNS_LABEL})*/)?{_LABEL_NAME}$"
-_LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-
-
 def build_schema() -> Schema:
     spec = gpucluster_schema()["properties"]["spec"]["properties"]
     kubelet = spec["draDriver"]["properties"]["gpus"]["properties"]["kubeletPlugin"]["properties"]
@@ -89,8 +84,8 @@ def build_schema() -> Schema:
     # most 63 characters), so a bad one fails the render, not the API call half-way through.
     label_map = {
         "type": "object",
-        "propertyNames": {"pattern": _LABEL_KEY, "maxLength": 317},
-        "additionalProperties": {"type": "string", "pattern": _LABEL_VALUE, "maxLength": 63},
+        "propertyNames": {"pattern": QUALIFIED_NAME, "not": {"pattern": LONG_PREFIX}},
+        "additionalProperties": {"type": "string", "pattern": LABEL_VALUE},
     }
     # The chart's own labels (app.kubernetes.io/*, helm.sh/chart) are refused by validations.yaml,
     # with a message that names the value.
