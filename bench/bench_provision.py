@@ -4,9 +4,15 @@ template is new, the webhook gates the pod, the controller creates the template 
 the pod), then the same shapes again (warm: the templates exist; kube-controller-manager's
 resourceclaim controller alone). Target:
 p99 <= 1 s; FailedResourceClaimCreation events counted per burst (none expected when warm).
+Each kube-controller-manager setting is measured ``ROUNDS`` times (``BENCH_PROVISION_ROUNDS``,
+default 3), each on a fresh control plane: the rows give the median round (the worst for events),
+and each p99 row its worst round too.
 
 The pods go through the webhook (legacy nvidia.com/gpu requests) and the operator's controller,
-``gpucluster run``'s stack against kube-apiserver, kube-controller-manager and kube-scheduler.
+run as the chart runs them (:func:`operator`: ``gpucluster webhook`` and ``gpucluster
+controller`` in processes of their own, under an identity of their own that the template hook
+skips), against kube-apiserver, kube-controller-manager and kube-scheduler. The load comes from a
+third process.
 """
 
 from __future__ import annotations
@@ -14,12 +20,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from typing import Any
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpucluster.certs.authority import new_ca, new_serving_cert
+from gpucluster.sandbox.controlplane.pki import Identity
+from gpucluster.sandbox.ports import free_port
+from tests.e2e.backends import KUBECTL
+
+if TYPE_CHECKING:
+    from gpucluster.sandbox.controlplane.cluster import ControlPlane
 
 NAMESPACES = 10
 SHAPES_PER_NAMESPACE = 20
 TARGET_P99 = 1.0
+# Bursts on a shared 2-core machine vary by a factor of 2 from one run to the next: each setting is
+# measured this many times, on a fresh control plane each time, and the median reported.
+ROUNDS = int(os.environ.get("BENCH_PROVISION_ROUNDS", "3"))
 
 
 def shapes() -> list[tuple[int, int]]:
@@ -201,6 +229,100 @@ KCM_SETTINGS = {
 }
 
 
+# The operator's identity, as the chart's ServiceAccount: the template hook's matchCondition keeps
+# its own creates out of review (webhook.configurations.operator_condition), as in a release.
+OPERATOR = Identity("gpucluster-operator", "system:serviceaccount:gpu-operator:gpucluster", ("system:masters",))
+
+
+def _ready(url: str, deadline: float, ctx: ssl.SSLContext | None = None) -> None:
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5, context=ctx) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} was not ready in time")
+
+
+@contextlib.contextmanager
+def operator(plane: ControlPlane) -> Iterator[None]:
+    """The operator as the chart runs it: ``gpucluster webhook`` and ``gpucluster controller`` in
+    processes of their own under the operator's identity, the webhook registered by URL with the
+    chart's configurations; NVIDIA's DeviceClasses applied (pods are translated only where the DRA
+    model serves NVIDIA GPUs, and this stack has no GPUCluster)."""
+    from gpucluster.cli.run import chart_env
+    from gpucluster.webhook.configurations import webhook_configurations
+    from tests.e2e.test_run import device_classes
+
+    work = Path(tempfile.mkdtemp(prefix="bench-provision-"))
+    kubeconfig = str(plane.pki.write_kubeconfig(OPERATOR, plane.server))
+    ca = new_ca()
+    pair = new_serving_cert(ca, ["localhost", "gpucluster-webhook.gpu-operator.svc"], ip_addresses=["127.0.0.1"])
+    (work / "tls.crt").write_bytes(pair.cert_pem)
+    (work / "tls.key").write_bytes(pair.key_pem)
+    port, webhook_health, controller_health = free_port(), free_port(), free_port()
+    common = ["--kubeconfig", kubeconfig, "--log-level", "warning"]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpucluster.cli", "webhook", *common, "--host", "127.0.0.1", "--port", str(port),
+             "--health-port", str(webhook_health), "--cert-dir", str(work), "--operator-namespace", "gpu-operator",
+             "--shutdown-delay", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "gpucluster.cli", "controller", *common, "--namespace", "gpu-operator",
+             "--health-port", str(controller_health), "--no-leader-election"],
+            env={**os.environ, **chart_env()}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ),
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        _ready(
+            f"https://127.0.0.1:{webhook_health}/readyz",
+            deadline,
+            ssl.create_default_context(cadata=ca.cert_pem.decode()),
+        )
+        _ready(f"http://127.0.0.1:{controller_health}/readyz", deadline)
+        configurations = webhook_configurations(
+            namespace="gpu-operator", url=f"https://127.0.0.1:{port}", ca_bundle=ca.cert_pem, operator=OPERATOR.user
+        )
+        docs = yaml.safe_dump_all(configurations) + "---\n" + device_classes()
+        apply = [KUBECTL, "--kubeconfig", str(plane.admin_kubeconfig), "apply", "--server-side", "-f", "-"]
+        subprocess.run(apply, input=docs, capture_output=True, text=True, check=True, timeout=60)
+        _translated(str(plane.admin_kubeconfig), deadline)
+        yield
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+
+
+def _translated(kubeconfig: str, deadline: float) -> None:
+    """Wait until the webhook translates a pod (a dry run: nothing is created)."""
+
+    async def probe() -> None:
+        from gpucluster.kube.client import Kube, KubeError
+
+        kube = await Kube.connect(kubeconfig)
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(KubeError):
+                    created = await kube.request(
+                        "POST", "/api/v1/namespaces/default/pods", body=pod("probe", 25, 30), query=[("dryRun", "All")]
+                    )
+                    if created["spec"].get("resourceClaims"):
+                        return
+                await asyncio.sleep(0.1)
+            raise RuntimeError("the webhook did not translate pods in time")
+        finally:
+            await kube.close()
+
+    asyncio.run(probe())
+
+
 def run() -> list[dict[str, Any]]:
     from gpucluster.sandbox.controlplane import build
 
@@ -208,28 +330,52 @@ def run() -> list[dict[str, Any]]:
         return [
             {"name": "real control plane not built (make kube)", "value": 0.0, "unit": "", "target": None, "ok": None}
         ]
-    from gpucluster.cli.run import chart_env
-    from tests.e2e.backends import kube_run_options, start_kube
-    from tests.e2e.test_run import StackThread, serve_dra_model
+    from tests.e2e.backends import start_kube
 
     rows: list[dict[str, Any]] = []
     for label, flags in KCM_SETTINGS.items():
-        plane = start_kube(nodes=1, controller_manager_flags=flags)
-        try:
-            runner = StackThread(kube_run_options(plane, environment=chart_env()))
-            stack = runner.start()
+        rounds = []
+        for _ in range(ROUNDS):  # each on a fresh control plane: nothing left from the round before
+            plane = start_kube(nodes=1, controller_manager_flags=flags)
             try:
-                serve_dra_model(stack)  # pods are translated only where the DRA model serves NVIDIA GPUs
-                measured = _measure_apart(str(stack.kubeconfig))
+                with operator(plane):
+                    rounds.append(_measure_apart(str(plane.admin_kubeconfig)))
             finally:
-                runner.stop()
-        finally:
-            plane.stop()
+                plane.stop()
         # Targets hold for our part of the path: with kcm's defaults its own rate limit dominates.
         rows += [
-            {**r, "name": f"{r['name']} [{label}]", **({} if flags else {"target": None, "ok": None})} for r in measured
+            {**r, "name": f"{r['name']} [{label}]", **({} if flags else {"target": None, "ok": None})}
+            for r in combine(rounds)
         ]
     return rows
+
+
+def _meets(value: float, target: str) -> bool:
+    if target.startswith("<= "):
+        return value <= float(target[3:].split()[0])
+    return value == float(target)
+
+
+def combine(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per measure over the rounds: the median (of the p99s, for the p99 rows), and the
+    events' worst round (none may have any); each p99 row is followed by its worst round, and the
+    targets are judged on the rows as combined."""
+    out = []
+    for first, *others in zip(*rounds, strict=True):
+        values = [first["value"], *(r["value"] for r in others)]
+        events = first["unit"] == "events"
+        value = max(values) if events else statistics.median(values)
+        what = "worst of" if events else "median of"
+        row = {**first, "name": f"{first['name']} ({what} {len(values)} rounds)", "value": value}
+        if first["target"] is not None:
+            row["ok"] = _meets(value, first["target"])
+        out.append(row)
+        if " p99 " in first["name"] and len(values) > 1:
+            out.append(
+                {**first, "name": f"{first['name']} (worst of {len(values)} rounds)", "value": max(values),
+                 "target": None, "ok": None}
+            )  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":
