@@ -606,8 +606,7 @@ def _hook_rules(objs: list[Any], account: str) -> tuple[list[Any], list[Any]]:
 
 def test_pre_delete_hook_runs_cleanup_and_refuses_unless_forced() -> None:
     objs = render_recipe(DOCS_OPERATOR_MANAGED)
-    (job,) = [o for o in objs if o.hook == "pre-delete"]
-    assert job.kind == "Job"
+    (job,) = [o for o in objs if o.hook == "pre-delete" and o.kind == "Job"]
     # A refusal fails the uninstall at once: no retry of the hook's pod.
     assert job["spec"]["backoffLimit"] == 0
     (container,) = job["spec"]["template"]["spec"]["containers"]
@@ -633,11 +632,61 @@ def test_pre_delete_hook_runs_cleanup_and_refuses_unless_forced() -> None:
     assert not allowed(rules, "", "pods", "delete") and not allowed(namespaced, "", "pods", "delete")
 
     forced = render_recipe(DOCS_OPERATOR_MANAGED, "cleanup.force=true")
-    (job,) = [o for o in forced if o.hook == "pre-delete"]
+    (job,) = [o for o in forced if o.hook == "pre-delete" and o.kind == "Job"]
     assert "--force" in job["spec"]["template"]["spec"]["containers"][0]["args"]
     rules, _ = _hook_rules(forced, account)
     assert allowed(rules, "", "pods", "delete")
     assert "pre-delete" not in {o.hook for o in render_recipe(DOCS_PREINSTALLED, "cleanup.enabled=false")}
+
+
+def _events(obj: Manifest) -> set[str]:
+    return set((obj.hook or "").split(",")) - {""}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flags"),
+    [
+        (DOCS_OPERATOR_MANAGED, ()),
+        (DOCS_OPERATOR_MANAGED, ("cleanup.force=true",)),
+        (DOCS_PREINSTALLED, ("cleanup.enabled=false",)),
+        (DOCS_PREINSTALLED, ("gpuCluster.enabled=false",)),
+    ],
+    ids=["defaults-and-cleanup", "forced-cleanup", "defaults-only", "cleanup-only"],
+)
+def test_hook_jobs_hold_their_rights_only_while_their_hooks_run(recipe: Recipe, flags: tuple[str, ...]) -> None:
+    """The identity and rights of every hook Job are hook objects of the Job's own events, made
+    before it and deleted after: no release resource keeps them (cleanup.force's right to delete
+    any pod included) for the life of the release."""
+    objs = render_recipe(recipe, *flags)
+    jobs = [o for o in objs if o.kind == "Job" and o.hook]
+    assert jobs
+    for job in jobs:
+        account = job["spec"]["template"]["spec"]["serviceAccountName"]
+        subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        bindings = [o for o in objs if o.kind.endswith("RoleBinding") and subject in (o.get("subjects") or [])]
+        assert bindings, job.name
+        (identity,) = [o for o in objs if o.kind == "ServiceAccount" and o.name == account]
+        job_weight = int(job["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+        covered: set[str] = set()
+        for binding in bindings:
+            ref = binding["roleRef"]
+            (role,) = [o for o in objs if o.kind == ref["kind"] and o.name == ref["name"]]
+            for obj in (identity, binding, role):
+                annotations = obj["metadata"]["annotations"]
+                assert obj.hook is not None, f"{obj.kind} {obj.name} is a release resource"
+                assert int(annotations["helm.sh/hook-weight"]) < job_weight, obj.name
+                assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"].split(","), obj.name
+            # A binding exists only with its role and its account.
+            assert _events(binding) <= _events(role) & _events(identity), binding.name
+            covered |= _events(binding)
+        assert _events(job) <= _events(identity) and _events(job) <= covered, job.name
+    forced = "cleanup.force=true" in flags
+    pod_deleters = [
+        o for o in objs if o.kind.endswith("Role") and any(
+            "pods" in r.get("resources", []) and "delete" in r.get("verbs", []) for r in o["rules"]
+        ) and "-hooks" in o.name
+    ]  # fmt: skip
+    assert [(o.kind, _events(o)) for o in pod_deleters] == ([("ClusterRole", {"pre-delete"})] if forced else [])
 
 
 def test_post_delete_hook_deletes_only_the_operators_lease() -> None:
