@@ -59,6 +59,7 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     assert "\nkind: GPUCluster" not in release["manifest"]
     # The hook applied the defaults once the webhook answered: they exist when helm returns.
     assert cluster.get("gpucluster", "gpu-cluster")["metadata"]["name"] == "gpu-cluster"
+    _assert_no_hook_identity(cluster)  # its ServiceAccount and roles went with the hook
     if recipe is DOCS_OPERATOR_MANAGED:
         driver = cluster.get("nvidiadrivers", "default")
         assert driver["spec"]["upgradePolicy"]["autoUpgrade"] is False
@@ -98,6 +99,7 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
         120,
     )
     cluster.wait_ready(timeout=120)
+    _assert_no_hook_identity(cluster)
 
     # Everything the operator and the chart's hooks did was within their RBAC: no refusal at all.
     refused = cluster.forbidden("system:serviceaccount:gpu-operator:")
@@ -115,6 +117,22 @@ def test_install_use_upgrade_uninstall(cluster: Cluster, recipe: Recipe, wait: s
     assert cluster.get("nvidiadrivers")["items"] == [] if recipe is DOCS_OPERATOR_MANAGED else True
     assert not [s for s in cluster.get("secrets", "-n", NAMESPACE)["items"] if s["type"] == "helm.sh/release.v1"]
     assert "gpuclusters.nvidia.com" in cluster.kubectl("get", "crd", "-o", "name")
+    _assert_no_hook_identity(cluster)  # nor after the pre-delete hook
+
+
+def _assert_no_hook_identity(cluster: Cluster) -> None:
+    """The hook Jobs' ServiceAccount and roles exist only while a hook runs."""
+    hooks = f"{RELEASE}-gpucluster-hooks"
+    left = [
+        f"{kind}/{o['metadata']['name']}"
+        for kind, namespaced in (
+            ("serviceaccounts", True), ("roles", True), ("rolebindings", True),
+            ("clusterroles", False), ("clusterrolebindings", False),
+        )
+        for o in cluster.get(kind, *(("-n", NAMESPACE) if namespaced else ()))["items"]
+        if o["metadata"]["name"].startswith(hooks)
+    ]  # fmt: skip
+    assert not left, left
 
 
 def test_newest_kubernetes_installs_translates_and_uninstalls() -> None:
