@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from bench.ready import wait_ready
 from gpucluster.api.crd import gpucluster_crd
 from gpucluster.kube.client import Kube, KubeError
 from gpucluster.sandbox.ports import free_port
@@ -145,14 +146,7 @@ async def _scenario(nodes: int, *, simulate: bool = False, leave: int = 0) -> di
             env={**os.environ, **ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         # Caches fill before the clock starts, as for a running operator.
-        for _ in range(1200):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            await asyncio.sleep(0.1)
+        await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/readyz", 120)
         started = time.perf_counter()
         await kube.request("POST", "/apis/nvidia.com/v1alpha1/gpuclusters", body=GPUCLUSTER)
         ready_at = None

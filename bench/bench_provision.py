@@ -27,13 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from bench.ready import wait_ready
 from gpucluster.certs.authority import new_ca, new_serving_cert
 from gpucluster.sandbox.controlplane.pki import Identity
 from gpucluster.sandbox.ports import free_port
@@ -234,18 +234,6 @@ KCM_SETTINGS = {
 OPERATOR = Identity("gpucluster-operator", "system:serviceaccount:gpu-operator:gpucluster", ("system:masters",))
 
 
-def _ready(url: str, deadline: float, ctx: ssl.SSLContext | None = None) -> None:
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5, context=ctx) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} was not ready in time")
-
-
 @contextlib.contextmanager
 def operator(plane: ControlPlane) -> Iterator[None]:
     """The operator as the chart runs it: ``gpucluster webhook`` and ``gpucluster controller`` in
@@ -279,12 +267,9 @@ def operator(plane: ControlPlane) -> Iterator[None]:
     ]  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        _ready(
-            f"https://127.0.0.1:{webhook_health}/readyz",
-            deadline,
-            ssl.create_default_context(cadata=ca.cert_pem.decode()),
-        )
-        _ready(f"http://127.0.0.1:{controller_health}/readyz", deadline)
+        context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+        wait_ready(f"https://127.0.0.1:{webhook_health}/readyz", deadline - time.monotonic(), context)
+        wait_ready(f"http://127.0.0.1:{controller_health}/readyz", deadline - time.monotonic())
         configurations = webhook_configurations(
             namespace="gpu-operator", url=f"https://127.0.0.1:{port}", ca_bundle=ca.cert_pem, operator=OPERATOR.user
         )
