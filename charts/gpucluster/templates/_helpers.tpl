@@ -310,3 +310,12 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* Fail unless a caBundle value (list: the value, its name, what a bad one breaks) is base64 of a
+PEM certificate. */}}
+{{- define "gpucluster.requirePEM" -}}
+{{- $value := index . 0 }}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" (b64dec $value)) }}
+{{- fail (printf "%s is not a base64-encoded PEM certificate (-----BEGIN CERTIFICATE-----): %s (base64 -w0 ca.crt gives the value)" (index . 1) (index . 2)) }}
+{{- end }}
+{{- end -}}
