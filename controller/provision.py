@@ -487,6 +487,8 @@ class Provisioner:
         self._jobs: dict[Key, tuple[KubeObject, list[KubeObject], tuple[str, ...]]] = {}  # latest want per key
         self._inflight: set[Key] = set()
         self._workers: set[asyncio.Task[None]] = set()
+        self._ungates: set[asyncio.Task[None]] = set()  # the run loop's ungates, under way
+        self._ungate_slots = asyncio.Semaphore(self.concurrency)
         self._missing: dict[str, set[Key]] = {}  # pod uid -> its templates missing at the last pass
         self._touched: set[str] = set()  # pod uids touched once their templates existed
         self._ungating: set[str] = set()  # pod uids whose ungate is on its way (a worker's and a pass's)
@@ -561,9 +563,9 @@ class Provisioner:
                     await asyncio.sleep(1.0)
                 await asyncio.sleep(max(0.0, self.min_interval - (self.clock() - started)))
         finally:
-            for task in [*tasks, *self._workers]:
+            for task in [*tasks, *self._workers, *self._ungates]:
                 task.cancel()
-            await asyncio.gather(*tasks, *self._workers, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._workers, *self._ungates, return_exceptions=True)
 
     def _wanted(self, pod: KubeObject, cluster: ClusterState) -> tuple[dict[str, Want], list[str]]:
         """:func:`wanted_templates`, translated again only when what it reads of the pod
@@ -592,7 +594,8 @@ class Provisioner:
 
     async def reconcile(self, *, wait: bool = True) -> None:
         """One pass: create what live pods need, report refusals and conflicts, collect the unneeded.
-        Without ``wait`` the creates go on after the pass returns (see :meth:`_create_all`)."""
+        Without ``wait`` the creates and the ungates go on after the pass returns (see
+        :meth:`_create_all`, :meth:`_start_ungates`)."""
         self.passes += 1
         pods = self.state.list("Pod")
         self._memo_keep()
@@ -616,7 +619,10 @@ class Provisioner:
         for uid in set(self._reported) - live_uids:
             del self._reported[uid]
         self._touched &= live_uids
-        await self._each(self._ungate, result.ungate)
+        if wait:
+            await self._each(self._ungate, result.ungate)
+        else:
+            self._start_ungates(result.ungate)
         for uid in set(self._inputs) - live_uids:
             del self._inputs[uid]
         live_inputs = {inputs for _, inputs in self._inputs.values()}
@@ -693,6 +699,28 @@ class Provisioner:
                 await act(pod)
 
         await asyncio.gather(*(one(pod) for pod in pods))
+
+    def _start_ungates(self, pods: list[KubeObject]) -> None:
+        """Ungate ``pods`` in the background, ``concurrency`` at a time: the run loop's next pass
+        does not wait for these PATCHes (under a burst each takes as long as a template's POST),
+        so the templates of pods that arrive meanwhile are queued at once."""
+        for pod in pods:
+            uid = str(metadata(pod).get("uid"))
+            ops = ungate_ops(pod)
+            if not ops or uid in self._touched or uid in self._ungating:
+                continue
+            self._ungating.add(uid)  # taken now: the passes before this PATCH ends skip the pod
+            task = asyncio.create_task(self._ungate_in_turn(pod, uid, ops))
+            self._ungates.add(task)
+            task.add_done_callback(self._ungates.discard)
+
+    async def _ungate_in_turn(self, pod: KubeObject, uid: str, ops: list[dict[str, Any]]) -> None:
+        try:
+            async with self._ungate_slots:
+                if uid not in self._touched and await self._send_ungate(pod, ops):
+                    self._touched.add(uid)
+        finally:
+            self._ungating.discard(uid)
 
     async def _ungate(self, pod: KubeObject) -> None:
         """Remove :data:`CLAIM_TEMPLATES_GATE`: every template the pod names exists with its spec."""
