@@ -467,18 +467,25 @@ async def test_a_gated_pod_is_ungated_once_its_template_exists() -> None:
     assert events == []
 
 
+async def held_ungate(kube: FakeKube) -> tuple[Provisioner, asyncio.Event, str]:
+    """A provisioner whose template exists and is cached, a pod ``second`` gated for it, and its
+    ungate PATCH held until the returned event is set; and that pod's path."""
+    p, _ = provisioner(kube, [one_gpu("first")], [0.0])
+    await p.reconcile()
+    p.state.upsert("Pod", kube.put(gated(one_gpu("second"))))
+    release = asyncio.Event()
+    second = "/api/v1/namespaces/ml/pods/second"
+    kube.on("PATCH", second, lambda call: release.wait())
+    return p, release, second
+
+
 async def test_a_pod_is_ungated_by_one_request_while_passes_overlap() -> None:
     # The worker that created the template and the next pass both find the pod gated in the cache
     # until the ungate's own watch event arrives: one PATCH, not one each (86 of 200 pods of a burst
     # were patched twice).
     kube = api()
-    p, _ = provisioner(kube, [one_gpu("first")], [0.0])
-    await p.reconcile()  # the template now exists, ours, and is cached
-    p.state.upsert("Pod", kube.put(gated(one_gpu("second"))))
-    release = asyncio.Event()
-    kube.on("PATCH", "/api/v1/namespaces/ml/pods/second", lambda call: release.wait())
+    p, release, second = await held_ungate(kube)
     passes = [asyncio.create_task(p.reconcile()) for _ in range(3)]
-    second = "/api/v1/namespaces/ml/pods/second"
     await until(lambda: second in kube.paths("PATCH"), "the first ungate is sent")
     await asyncio.sleep(0)  # the other passes reach the pod meanwhile
     release.set()
@@ -493,12 +500,7 @@ async def test_the_run_loops_pass_does_not_wait_for_an_ungate() -> None:
     # Under a burst an ungate takes as long as a template's POST: a pass that waited for it kept
     # the templates of pods that arrived meanwhile from being queued (0.9 s in one burst).
     kube = api()
-    p, _ = provisioner(kube, [one_gpu("first")], [0.0])
-    await p.reconcile()  # the template now exists, ours, and is cached
-    p.state.upsert("Pod", kube.put(gated(one_gpu("second"))))
-    release = asyncio.Event()
-    second = "/api/v1/namespaces/ml/pods/second"
-    kube.on("PATCH", second, lambda call: release.wait())
+    p, release, second = await held_ungate(kube)
     await asyncio.wait_for(p.reconcile(wait=False), 1)  # returns with the PATCH held
     await until(lambda: second in kube.paths("PATCH"), "the ungate is sent")
     late = gpus("late", 2, TWO_GPUS, "other")
