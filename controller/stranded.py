@@ -11,7 +11,10 @@ A pod the webhook declines on purpose (:func:`declined`: more devices than a cla
 get, a MIG profile no node publishes, GPU sharing) is not stranded: it gets one Warning saying
 why, never "recreate it", and is never deleted.
 
-Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. With
+Each stranded pod gets one Warning event (not one per pass) and is counted in a gauge. A pod created
+before the DRA model served the cluster (:func:`created_before_served`) is told so instead of
+"while the webhook was unavailable": the webhook was up, and left it alone as it leaves every pod
+where no DRA model runs; recreating it helps all the same. With
 ``delete=True`` (opt-in) a stranded pod that a controller owns (an ownerReference with
 ``controller: true``) is deleted, so that its ReplicaSet, Job or StatefulSet creates it again
 through the webhook; bare pods are only reported. Deletion is per owner, once, then with
@@ -22,6 +25,8 @@ next deletion for that owner waits ``DELETE_BACKOFF`` seconds, doubling up to ``
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,6 +35,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpucluster import timestamps
 from gpucluster.claimtemplates import bound_problems, dra_model_absent
 from gpucluster.clusterstate import ClusterState, metadata
 from gpucluster.policy import WEBHOOK_CONFIG, native_resources, opted_out
@@ -41,6 +47,10 @@ REASON = "UntranslatedGPURequest"
 MESSAGE = (
     "admitted without translation while the webhook was unavailable; recreate it "
     "(it requests {resources} and carries no ResourceClaim, which no DRA node can satisfy)"
+)
+EARLIER_MESSAGE = (
+    "created before the DRA model served NVIDIA GPUs here ({since}), so the gpucluster webhook never saw "
+    "it; recreate it (it requests {resources} and carries no ResourceClaim, which no DRA node can satisfy)"
 )
 DELETED_MESSAGE = (
     "deleted so that its controller recreates it through the gpucluster webhook (it requested {resources})"
@@ -88,6 +98,39 @@ def stranded_resources(pod: Mapping[str, Any], state: ClusterState, operator_nam
     if not wanted or opted_out(pod, state.namespace_labels(str(meta.get("namespace") or ""))):
         return []
     return sorted(wanted)
+
+
+def served_since(state: ClusterState) -> tuple[dt.datetime, str] | None:
+    """Since when the DRA model has served NVIDIA GPUs in ``state``, as its oldest GPUCluster or
+    NVIDIA DeviceClass shows, and which object that is; None when neither exists (a DRA driver's
+    ResourceSlices alone carry no creation time here) or no creation time can be read."""
+    names = {m.device_class for m in WEBHOOK_CONFIG.mapping.values()} | {WEBHOOK_CONFIG.mig_device_class}
+    objects = [*state.list("GPUCluster"), *(c for n in sorted(names) if (c := state.get("DeviceClass", n)))]
+    found: list[tuple[dt.datetime, str]] = []
+    for obj in objects:
+        meta = metadata(obj)
+        with contextlib.suppress(TypeError, ValueError):
+            found.append(
+                (timestamps.parse(str(meta.get("creationTimestamp"))), f"{obj.get('kind')} {meta.get('name')}")
+            )
+    return min(found) if found else None
+
+
+def created_before_served(pod: Mapping[str, Any], state: ClusterState) -> str | None:
+    """``"<kind> <name> since <time>"`` when ``pod`` was created before the DRA model served NVIDIA
+    GPUs (:func:`served_since`): the webhook left it alone then, as it leaves every pod where no DRA
+    model runs, and it was not unavailable. None when it was not, or nothing tells."""
+    since = served_since(state)
+    if since is None:
+        return None
+    try:
+        created = timestamps.parse(str(metadata(pod).get("creationTimestamp")))
+    except (TypeError, ValueError):
+        return None
+    # Whole seconds: a pod created in the same second as the model is not known to be earlier.
+    if created >= since[0]:
+        return None
+    return f"{since[1]} since {timestamps.rfc3339(since[0])}"
 
 
 def declined(pod: Mapping[str, Any], state: ClusterState) -> str | None:
@@ -188,7 +231,13 @@ class StrandedPods:
                 "stranded pod namespace=%s name=%s resources=%s",
                 metadata(pod).get("namespace"), metadata(pod).get("name"), names,
             )  # fmt: skip
-            await event(obj, "Warning", REASON, MESSAGE.format(resources=names))
+            earlier = created_before_served(pod, self.state)
+            message = (
+                EARLIER_MESSAGE.format(since=earlier, resources=names)
+                if earlier is not None
+                else MESSAGE.format(resources=names)
+            )
+            await event(obj, "Warning", REASON, message)
         owner = controller_uid(pod)
         uid = str(metadata(pod).get("uid") or key)
         if not self.delete or owner is None or self._deleted_pods.get(key) == uid:

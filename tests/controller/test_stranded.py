@@ -107,3 +107,62 @@ async def test_a_pod_the_webhook_declines_on_purpose_is_told_why_and_never_delet
     assert "33 devices" in declined["big"] and "recreat" in declined["big"] and "change the request" in declined["big"]
     assert "no node publishes MIG profile 3g.40gb" in declined["mig"]
     assert not any("webhook was unavailable" in message for name, _, message in events if name in declined)
+
+
+def _device_class(created: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com", "creationTimestamp": created},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+
+
+async def test_a_pod_created_before_the_dra_model_is_not_said_to_have_met_an_unavailable_webhook() -> None:
+    # Pods created before the chart's GPUCluster and DeviceClasses existed were left alone by the
+    # webhook as it leaves every pod where no DRA model runs: recreating them helps, but nothing was down.
+    cluster = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "GPUCluster",
+        "metadata": {"name": "gpu-cluster", "creationTimestamp": "2026-12-07T10:00:05Z"},
+        "spec": {},
+    }
+    state = ClusterState.from_objects([cluster, _device_class("2026-12-07T10:00:09Z")])
+    stranded = StrandedPods(state, "gpu-operator")
+    events: list[tuple[str, str, str]] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append((obj["metadata"]["name"], reason, message))
+
+    async def delete(obj: Mapping[str, Any]) -> None:
+        raise AssertionError("not asked to delete")
+
+    old = stranded_pod("old", creationTimestamp="2026-12-07T09:59:00Z")
+    same_second = stranded_pod("same-second", creationTimestamp="2026-12-07T10:00:05Z")
+    later = stranded_pod("later", creationTimestamp="2026-12-07T11:00:00Z")
+    for pod in (old, same_second, later):
+        await stranded.check(pod, f"ml/{pod['metadata']['name']}", event, delete)
+    said = {name: (reason, message) for name, reason, message in events}
+    assert {reason for reason, _ in said.values()} == {"UntranslatedGPURequest"}
+    assert said["old"][1].startswith(
+        "created before the DRA model served NVIDIA GPUs here (GPUCluster gpu-cluster since 2026-12-07T10:00:05Z)"
+    )
+    assert "recreate it" in said["old"][1] and "unavailable" not in said["old"][1]
+    for name in ("same-second", "later"):  # not known to be earlier: the webhook was down
+        assert said[name][1].startswith("admitted without translation while the webhook was unavailable; recreate it")
+
+
+async def test_without_a_creation_time_the_stranded_message_is_the_webhooks_unavailability() -> None:
+    # A DRA model known from ResourceSlices alone (they carry no creation time in the cache).
+    state = ClusterState.from_objects([_gpu_slice()])
+    events: list[str] = []
+
+    async def event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        events.append(message)
+
+    async def delete(obj: Mapping[str, Any]) -> None:
+        raise AssertionError("not asked to delete")
+
+    pod = stranded_pod("old", creationTimestamp="2000-01-01T00:00:00Z")
+    await StrandedPods(state, "gpu-operator").check(pod, "ml/old", event, delete)
+    assert len(events) == 1 and events[0].startswith("admitted without translation while the webhook was unavailable")
