@@ -153,20 +153,32 @@ async def _follow(kube: Any, path: str, seen: Any, listed: dict[str, Any] | None
     now), until cancelled. A watch the API server ends (a timeout, or a watcher it found too slow
     under the burst) is taken up again where it stopped; after a 410, from a new list, whose objects
     count as seen then: late, never missing (one lost watch read as 60 s, a missing template)."""
+    from gpucluster.kube.client import KubeError
+
     listed = listed if listed is not None else await kube.get(path)
     rv = listed["metadata"]["resourceVersion"]
     while True:
-        async for event in kube.watch(path, [("resourceVersion", rv), ("allowWatchBookmarks", "true")], timeout=120):
-            obj = event.get("object") or {}
-            if event.get("type") == "ERROR":  # 410: the version is gone from the watch cache
-                listed = await kube.get(path)
-                for item in listed.get("items") or []:
-                    seen(item)
-                rv = listed["metadata"]["resourceVersion"]
-                break
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if event.get("type") in ("ADDED", "MODIFIED"):
-                seen(obj)
+        gone = False
+        try:
+            async for event in kube.watch(
+                path, [("resourceVersion", rv), ("allowWatchBookmarks", "true")], timeout=120
+            ):
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":  # 410: the version is gone from the watch cache
+                    gone = True
+                    break
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    seen(obj)
+        except KubeError as exc:
+            if exc.status != 410:
+                raise
+            gone = True
+        if gone:
+            listed = await kube.get(path)
+            for item in listed.get("items") or []:
+                seen(item)
+            rv = listed["metadata"]["resourceVersion"]
 
 
 async def _failures(kube: Any, tag: str) -> tuple[int, int]:
