@@ -35,7 +35,14 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpucluster import timestamps
-from gpucluster.claimtemplates import CLAIM_TEMPLATES_GATE, container_shapes, expected_templates, gated, ungate_ops
+from gpucluster.claimtemplates import (
+    CLAIM_TEMPLATES_GATE,
+    container_shapes,
+    expected_templates,
+    gated,
+    scheduling_gates,
+    ungate_ops,
+)
 from gpucluster.clusterstate import ClusterState, KubeObject, metadata
 from gpucluster.controller.transforms import transform_for
 from gpucluster.kube.client import Kube, KubeError
@@ -149,6 +156,14 @@ def translation_inputs(pod: Mapping[str, Any]) -> bytes | None:
         )
     except TypeError:
         return None
+
+
+def pass_fingerprint(pod: Mapping[str, Any]) -> int:
+    """A digest of what a pass reads of ``pod`` that can change during its life: whether it is
+    terminal or being deleted, its scheduling gates, and :func:`translation_inputs`. Its status
+    otherwise (conditions, the node's reports, its claims' names) is not read."""
+    gates = tuple(str(g.get("name")) if isinstance(g, dict) else repr(g) for g in scheduling_gates(pod))
+    return hash((_terminal(pod), gates, translation_inputs(pod)))
 
 
 def wanted_templates(pod: Mapping[str, Any], cluster: ClusterState | None = None) -> tuple[dict[str, Want], list[str]]:
@@ -477,8 +492,12 @@ class Provisioner:
         self.dirty = asyncio.Event()
         watched = (TRANSLATED_PODS, PROVISIONED_TEMPLATES) + ((RESOURCE_SLICES,) if cluster is None else ())
         self.reflectors = [
-            Reflector(kube, r, self.state, on_event=self._on_event, transform=transform_for(r.kind)) for r in watched
+            Reflector(
+                kube, r, self.state, on_event=self._on_event, on_list=self._on_list, transform=transform_for(r.kind)
+            )
+            for r in watched
         ]
+        self._pod_fingerprints: dict[str, int] = {}  # pod uid -> what a pass reads of it (see _on_event)
         self.unreferenced_since: dict[Key, float] = {}
         self.satisfied: set[Key] = set()  # someone else's template with our spec
         self.backoff: dict[Key, _Backoff] = {}  # refused creates: not before
@@ -497,7 +516,25 @@ class Provisioner:
         self._wants: dict[bytes, tuple[int, tuple[dict[str, Want], list[str]]]] = {}  # memo, by inputs
         self.passes = 0
 
-    def _on_event(self, kind: str, obj: KubeObject) -> None:
+    def _on_event(self, type_: str, obj: KubeObject) -> None:
+        # A running pod's status changes (the kubelet's, the scheduler's, its claims') change
+        # nothing a pass reads: on a cluster of many translated pods a pass per such event would
+        # cost a pass over all of them each time.
+        if obj.get("kind") == "Pod":
+            uid = str(metadata(obj).get("uid"))
+            if type_ == "DELETED":
+                self._pod_fingerprints.pop(uid, None)
+            else:
+                seen = pass_fingerprint(obj)
+                if type_ == "MODIFIED" and self._pod_fingerprints.get(uid) == seen:
+                    return
+                self._pod_fingerprints[uid] = seen
+        self.dirty.set()
+
+    def _on_list(self, kind: str) -> None:
+        # A relist replaced the cache: what changed meanwhile is unknown.
+        if kind == "Pod":
+            self._pod_fingerprints.clear()
         self.dirty.set()
 
     def slices_changed(self) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "gated",
     "original_pod_spec",
     "published",
+    "scheduling_gates",
     "ungate_ops",
 ]
 
@@ -238,7 +239,8 @@ def expected_templates(
     return {str(t["metadata"]["name"]): t["spec"] for t in translation.templates}, None
 
 
-def _gates(pod: Mapping[str, Any]) -> list[Any]:
+def scheduling_gates(pod: Mapping[str, Any]) -> list[Any]:
+    """The pod's ``spec.schedulingGates`` as it holds them (a list; empty when absent or malformed)."""
     spec = pod.get("spec")
     gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
     return gates if isinstance(gates, list) else []
@@ -246,7 +248,7 @@ def _gates(pod: Mapping[str, Any]) -> list[Any]:
 
 def gated(pod: Mapping[str, Any]) -> bool:
     """Whether the pod still carries :data:`CLAIM_TEMPLATES_GATE`."""
-    return any(isinstance(g, dict) and g.get("name") == CLAIM_TEMPLATES_GATE for g in _gates(pod))
+    return any(isinstance(g, dict) and g.get("name") == CLAIM_TEMPLATES_GATE for g in scheduling_gates(pod))
 
 
 def gate_ops(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -267,7 +269,7 @@ def ungate_ops(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     """JSON patch operations that remove :data:`CLAIM_TEMPLATES_GATE` from the pod, guarded by a
     test of that very entry: if the gates changed since the pod was read, the patch fails (422)
     rather than remove another one. Empty when the pod is not gated."""
-    for index, gate in enumerate(_gates(pod)):
+    for index, gate in enumerate(scheduling_gates(pod)):
         if isinstance(gate, dict) and gate.get("name") == CLAIM_TEMPLATES_GATE:
             path = f"/spec/schedulingGates/{index}"
             return [

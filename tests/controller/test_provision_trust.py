@@ -572,3 +572,43 @@ async def test_a_forged_gated_pod_is_never_ungated() -> None:
     assert message.endswith(
         "; the pod stays gated (gpucluster.nvidia.com/claim-templates) and is not scheduled while this holds"
     )
+
+
+def test_a_pods_status_changes_do_not_wake_a_pass_but_what_a_pass_reads_does() -> None:
+    # On a cluster of many translated pods, every kubelet or scheduler status update woke a pass
+    # over all of them.
+    p, _ = provisioner(api(), [], [0.0])
+
+    def wakes(type_: str, pod: dict[str, Any]) -> bool:
+        p.dirty.clear()
+        p._on_event(type_, pod)
+        return p.dirty.is_set()
+
+    pod = gated(one_gpu("w"))
+    assert wakes("ADDED", pod)
+    running = json.loads(json.dumps(pod))
+    running["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    running["metadata"]["resourceVersion"] = "2"
+    assert not wakes("MODIFIED", running)  # the scheduler's condition
+    running["status"]["resourceClaimStatuses"] = [{"name": "gpu-0", "resourceClaimName": "w-gpu-0-x"}]
+    assert not wakes("MODIFIED", running)  # kube-controller-manager's claim names
+    ungated = json.loads(json.dumps(running))
+    ungated["spec"]["schedulingGates"] = []
+    assert wakes("MODIFIED", ungated)  # the gate went
+    ungated["status"]["phase"] = "Running"
+    assert not wakes("MODIFIED", ungated)
+    done = json.loads(json.dumps(ungated))
+    done["status"]["phase"] = "Succeeded"
+    assert wakes("MODIFIED", done)  # terminal: its templates may be collected
+    edited = json.loads(json.dumps(ungated))
+    edited["metadata"]["annotations"][TEMPLATES_ANNOTATION] = "{}"
+    assert wakes("MODIFIED", edited)  # what the translation is re-derived from
+    deleting = json.loads(json.dumps(ungated))
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    assert wakes("MODIFIED", deleting)
+    assert wakes("DELETED", deleting)
+    template = {"kind": "ResourceClaimTemplate", "metadata": {"name": ONE_GPU, "namespace": "ml"}}
+    assert wakes("MODIFIED", template)
+    p.dirty.clear()
+    p._on_list("Pod")  # a relist: whatever changed meanwhile is unknown
+    assert p.dirty.is_set() and wakes("MODIFIED", ungated)
