@@ -457,7 +457,7 @@ class FairQueue:
 
 class Provisioner:
     """Runs the reflectors of translated pods, our templates and ResourceSlices (the published MIG
-    profiles), and a pass after every change.
+    profiles), and a pass after every change a pass reads (of a pod: :func:`pass_fingerprint`).
 
     ``cluster``: a cache whose ResourceSlices to read instead (the controller's, so that the
     slices are held once); its owner calls :meth:`slices_changed` on their events."""
@@ -532,9 +532,10 @@ class Provisioner:
         self.dirty.set()
 
     def _on_list(self, kind: str) -> None:
-        # A relist replaced the cache: what changed meanwhile is unknown.
+        # A (re)list replaced the cache, and what changed meanwhile is unknown: a pass, and the
+        # pods' fingerprints taken from the list.
         if kind == "Pod":
-            self._pod_fingerprints.clear()
+            self._pod_fingerprints = {str(metadata(p).get("uid")): pass_fingerprint(p) for p in self.state.list("Pod")}
         self.dirty.set()
 
     def slices_changed(self) -> None:

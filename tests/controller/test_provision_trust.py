@@ -609,6 +609,11 @@ def test_a_pods_status_changes_do_not_wake_a_pass_but_what_a_pass_reads_does() -
     assert wakes("DELETED", deleting)
     template = {"kind": "ResourceClaimTemplate", "metadata": {"name": ONE_GPU, "namespace": "ml"}}
     assert wakes("MODIFIED", template)
+    p.state.replace("Pod", [running])
     p.dirty.clear()
-    p._on_list("Pod")  # a relist: whatever changed meanwhile is unknown
-    assert p.dirty.is_set() and wakes("MODIFIED", ungated)
+    p._on_list("Pod")  # a relist: whatever changed meanwhile is unknown, so a pass
+    assert p.dirty.is_set()
+    later = json.loads(json.dumps(running))
+    later["status"]["conditions"].append({"type": "Ready", "status": "False"})
+    assert not wakes("MODIFIED", later)  # compared with the pod as listed
+    assert wakes("MODIFIED", ungated)
