@@ -743,33 +743,36 @@ class Provisioner:
         does not wait for these PATCHes (under a burst each takes as long as a template's POST),
         so the templates of pods that arrive meanwhile are queued at once."""
         for pod in pods:
-            uid = str(metadata(pod).get("uid"))
-            ops = ungate_ops(pod)
-            if not ops or uid in self._touched or uid in self._ungating:
-                continue
-            self._ungating.add(uid)  # taken now: the passes before this PATCH ends skip the pod
-            task = asyncio.create_task(self._ungate_in_turn(pod, uid, ops))
-            self._ungates.add(task)
-            task.add_done_callback(self._ungates.discard)
-
-    async def _ungate_in_turn(self, pod: KubeObject, uid: str, ops: list[dict[str, Any]]) -> None:
-        try:
-            async with self._ungate_slots:
-                if uid not in self._touched and await self._send_ungate(pod, ops):
-                    self._touched.add(uid)
-        finally:
-            self._ungating.discard(uid)
+            taken = self._take_ungate(pod)  # taken now: the passes before this PATCH ends skip the pod
+            if taken is not None:
+                task = asyncio.create_task(self._send_taken(pod, *taken, slots=self._ungate_slots))
+                self._ungates.add(task)
+                task.add_done_callback(self._ungates.discard)
 
     async def _ungate(self, pod: KubeObject) -> None:
         """Remove :data:`CLAIM_TEMPLATES_GATE`: every template the pod names exists with its spec."""
+        taken = self._take_ungate(pod)
+        if taken is not None:
+            await self._send_taken(pod, *taken)
+
+    def _take_ungate(self, pod: KubeObject) -> tuple[str, list[dict[str, Any]]] | None:
+        """The pod's uid and ungate operations, marked as under way; None when it has none, or is
+        ungated already or being ungated (a worker's and a pass's ungate are one request)."""
         ops = ungate_ops(pod)
         uid = str(metadata(pod).get("uid"))
         if not ops or uid in self._touched or uid in self._ungating:
-            return
+            return None
         self._ungating.add(uid)
+        return uid, ops
+
+    async def _send_taken(
+        self, pod: KubeObject, uid: str, ops: list[dict[str, Any]], *, slots: asyncio.Semaphore | None = None
+    ) -> None:
+        """Send an ungate :meth:`_take_ungate` took (within ``slots``), and release it."""
         try:
-            if await self._send_ungate(pod, ops):
-                self._touched.add(uid)
+            async with slots if slots is not None else contextlib.nullcontext():
+                if uid not in self._touched and await self._send_ungate(pod, ops):
+                    self._touched.add(uid)
         finally:
             self._ungating.discard(uid)
 
