@@ -104,8 +104,8 @@ def served_since(state: ClusterState) -> tuple[dt.datetime, str] | None:
     """Since when the DRA model has served NVIDIA GPUs in ``state``, as its oldest GPUCluster or
     NVIDIA DeviceClass shows, and which object that is; None when neither exists (a DRA driver's
     ResourceSlices alone carry no creation time here) or no creation time can be read."""
-    names = {m.device_class for m in WEBHOOK_CONFIG.mapping.values()} | {WEBHOOK_CONFIG.mig_device_class}
-    objects = [*state.list("GPUCluster"), *(c for n in sorted(names) if (c := state.get("DeviceClass", n)))]
+    classes = sorted(WEBHOOK_CONFIG.device_classes)
+    objects = [*state.list("GPUCluster"), *(c for n in classes if (c := state.get("DeviceClass", n)))]
     found: list[tuple[dt.datetime, str]] = []
     for obj in objects:
         meta = metadata(obj)

@@ -108,8 +108,7 @@ def dra_model_absent(cluster: ClusterState) -> str | None:
 def _dra_model_absent(cluster: ClusterState) -> str | None:
     if cluster.list("GPUCluster"):
         return None
-    classes = {m.device_class for m in WEBHOOK_CONFIG.mapping.values()} | {WEBHOOK_CONFIG.mig_device_class}
-    if any(cluster.get("DeviceClass", name) is not None for name in classes):
+    if any(cluster.get("DeviceClass", name) is not None for name in WEBHOOK_CONFIG.device_classes):
         return None
     if published(cluster).mig_profiles is not None:
         return None

@@ -191,6 +191,11 @@ class TranslationConfig:
     def watched(self, resource: str) -> bool:
         return resource.startswith(self.watched_prefixes)
 
+    @property
+    def device_classes(self) -> frozenset[str]:
+        """Every DeviceClass a translation may name: the mapping's and the MIG class."""
+        return frozenset({m.device_class for m in self.mapping.values()} | {self.mig_device_class})
+
 
 DEFAULT_CONFIG = TranslationConfig(mapping=MappingProxyType({"nvidia.com/gpu": ResourceMapping("gpu.nvidia.com")}))
 
