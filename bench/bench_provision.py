@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +148,9 @@ async def _burst(kube: Any, tag: str) -> tuple[list[float], list[float], list[fl
     return lags, template_lags, posts, pods_failed, failures
 
 
-async def _follow(kube: Any, path: str, seen: Any, listed: dict[str, Any] | None = None) -> None:
+async def _follow(
+    kube: Any, path: str, seen: Callable[[dict[str, Any]], None], listed: dict[str, Any] | None = None
+) -> None:
     """``seen(object)`` for each object added or changed at ``path`` after ``listed`` (else a list
     now), until cancelled. A watch the API server ends (a timeout, or a watcher it found too slow
     under the burst) is taken up again where it stopped; after a 410, from a new list, whose objects
